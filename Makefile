@@ -1,0 +1,42 @@
+# Two entry points do all the set-up on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test check typecheck bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/cachewarden count proxy/examples/agent-turn.json
+	$(BIN)/cachewarden count proxy/examples/anthropic-turn.json --format json
+
+# mypy cannot follow setuptools' package-dir mapping, so it checks a tree of symlinks that
+# mirrors the installed layout (cachewarden/proxy -> proxy, ...).
+typecheck: $(STAMP)
+	rm -rf build/typecheck && mkdir -p build/typecheck/cachewarden
+	ln -s ../../../proxy build/typecheck/cachewarden/proxy
+	ln -s ../../../linter build/typecheck/cachewarden/linter
+	ln -s ../../../rules build/typecheck/cachewarden/rules
+	cd build/typecheck && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p cachewarden
+
+check: $(STAMP)
+	$(BIN)/ruff check proxy linter rules tests bench
+	$(BIN)/ruff format --check proxy linter rules tests bench
+	$(MAKE) typecheck
+
+test: $(STAMP) check
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,1 @@
+"""cachewarden's file linter: readers, rule engine, reporters, fixes."""

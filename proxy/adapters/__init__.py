@@ -1,0 +1,1 @@
+"""Adapters from a provider request body to a Prompt."""
