@@ -20,12 +20,11 @@ demo: $(STAMP)
 
 # mypy cannot follow setuptools' package-dir mapping, so it checks a tree of symlinks that
 # mirrors the installed layout (cachewarden/proxy -> proxy, ...).
+TC_DIR ?= build/typecheck
 typecheck: $(STAMP)
-	rm -rf build/typecheck && mkdir -p build/typecheck/cachewarden
-	ln -s ../../../proxy build/typecheck/cachewarden/proxy
-	ln -s ../../../linter build/typecheck/cachewarden/linter
-	ln -s ../../../rules build/typecheck/cachewarden/rules
-	cd build/typecheck && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p cachewarden
+	rm -rf $(TC_DIR)/cachewarden && mkdir -p $(TC_DIR)/cachewarden
+	for d in proxy linter rules; do ln -s $(CURDIR)/$$d $(TC_DIR)/cachewarden/$$d; done
+	cd $(TC_DIR) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p cachewarden
 
 check: $(STAMP)
 	$(BIN)/ruff check proxy linter rules tests bench
