@@ -1,0 +1,317 @@
+"""Provider cache models: how much of one request a provider reads from cache, writes and bills uncached.
+
+``predict`` is a pure function of the request (its Prompt and token stream), the model's CacheRules
+(``rules/models.yaml``), what the prefix index matched, and the index's marks of earlier cache writes.
+It does no I/O and runs on every request, so it touches each segment a constant number of times.
+
+Two unit systems meet here. Stream positions index ``tp.tokens`` (the stream the index matches on);
+provider units are what the provider bills and reports. They differ when the tokenizer is an estimate
+(Claude: o200k × ratio). Minimums and granularities are provider facts, so they are applied in provider
+units; breakpoints, marks and the read position are stream positions, because the caller feeds them back
+into the index.
+
+Modes (``CacheRules.mode``):
+
+- ``prefix``: any earlier prefix is cached automatically, in ``granularity`` steps, once the
+  prompt and the hit reach ``min_tokens`` (OpenAI before GPT-5.6, Mistral, DeepSeek 2024, Gemini).
+- ``blocks`` / ``radix``: full blocks (pages) of ``granularity`` tokens; the last prompt token is
+  always recomputed to get logits (vLLM, SGLang, generic engines).
+- ``breakpoints``: entries are written only at breakpoints and read back only where an earlier
+  request wrote one, within a lookback window (Anthropic; OpenAI GPT-5.6+).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .models import CacheRules
+from .prompt import CacheTTL, Prompt, Segment
+
+# Stream positions -> age (seconds) of a live earlier cache write of exactly tokens[:position].
+MarkLookup = Callable[[Sequence[int]], Mapping[int, float]]
+
+# DESIGN.md reason codes a cache model can explain by itself, most important first: a prefix below
+# the minimum can never be cached, a missing breakpoint is a fix in the request, a too-far entry is a
+# fix in breakpoint placement, and expiry is a matter of traffic timing.
+LIMIT_ORDER: tuple[str, ...] = ("below-minimum", "no-breakpoint", "breakpoint-too-far", "expired")
+
+# The request parameter (Prompt.params) that turns off OpenAI's implicit breakpoint on the latest
+# message (``prompt_cache_options: {"mode": "explicit"}``, GPT-5.6+).
+EXPLICIT_MODE_PARAM = "prompt_cache_options.mode"
+
+
+class TokenStream(Protocol):
+    """What the model reads from ``counting.TokenizedPrompt`` (structural, so either side can evolve)."""
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+    @property
+    def spans(self) -> tuple[tuple[int, int], ...]: ...
+    @property
+    def ratio(self) -> float: ...
+    @property
+    def count(self) -> int: ...
+
+
+class PrefixMatch(Protocol):
+    """What the model reads from ``index.Match``."""
+
+    @property
+    def common_prefix_tokens(self) -> int: ...
+    @property
+    def held_prefix_tokens(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the provider is predicted to bill for one request's input.
+
+    Token counts are provider units and add up: ``cached + cache_write + uncached == tp.count``.
+    ``cache_write_tokens`` includes ``cache_write_1h_tokens``. Positions are stream positions.
+    """
+
+    cached_tokens: int
+    cache_write_tokens: int
+    cache_write_1h_tokens: int
+    uncached_tokens: int
+    # Common prefix with a live earlier prompt, before minimum / granularity / breakpoint rules
+    # (at least the cached amount: a live mark is itself proof of such a prompt).
+    reusable_tokens: int
+    # Reason codes (LIMIT_ORDER) explaining why cached_tokens < reusable_tokens.
+    limits: tuple[str, ...]
+    # Positions this request writes, with their TTL; the caller marks them in the index.
+    write_positions: tuple[tuple[int, str], ...]
+    # Position up to which this request reads from cache (0: none); the caller refreshes that entry.
+    read_position: int
+
+    @property
+    def cache_write_5m_tokens(self) -> int:
+        return self.cache_write_tokens - self.cache_write_1h_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class _Units:
+    """Stream position -> provider units: monotone, 0 at 0, and the whole stream is exactly ``count``."""
+
+    n: int
+    ratio: float
+    count: int
+
+    def of(self, pos: int) -> int:
+        if pos <= 0:
+            return 0
+        if pos >= self.n:
+            return self.count
+        return min(self.count, round(pos * self.ratio))
+
+    def position(self, units: int, limit: int) -> int:
+        """The largest stream position <= ``limit`` whose prefix is at most ``units`` provider units."""
+        limit = min(limit, self.n)
+        if units <= 0 or limit <= 0:
+            return 0
+        pos = min(limit, int(units / self.ratio)) if self.ratio > 0 else limit
+        # The estimate is off by at most a token or two either way (rounding); walk to the exact spot.
+        while pos < limit and self.of(pos + 1) <= units:
+            pos += 1
+        while pos > 0 and self.of(pos) > units:
+            pos -= 1
+        return pos
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(value, high))
+
+
+def _sorted_limits(found: set[str]) -> tuple[str, ...]:
+    return tuple(code for code in LIMIT_ORDER if code in found)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Breakpoints
+
+
+def _cacheable(seg: Segment) -> bool:
+    # Anthropic: thinking blocks and empty text blocks cannot carry the automatic breakpoint.
+    if seg.kind == "thinking":
+        return False
+    return not (seg.kind in ("text", "message") and not seg.text and seg.fixed_tokens == 0)
+
+
+def _auto_position(prompt: Prompt, tp: TokenStream) -> int | None:
+    """Anthropic automatic caching: the end of the last cacheable block (walking back silently)."""
+    for i in range(min(len(prompt.segments), len(tp.spans)) - 1, -1, -1):
+        if _cacheable(prompt.segments[i]):
+            return tp.spans[i][1]
+    return None
+
+
+def _message_ends(prompt: Prompt, tp: TokenStream) -> dict[int, int]:
+    """message_index -> stream position at the end of that message, for user / tool / system messages.
+
+    OpenAI's implicit breakpoint sits "near the latest user or tool message"; assistant output blocks
+    cannot carry a breakpoint, so assistant messages are left out.
+    """
+    ends: dict[int, int] = {}
+    for seg, (_, end) in zip(prompt.segments, tp.spans, strict=False):
+        if seg.message_index is None or seg.role == "assistant":
+            continue
+        ends[seg.message_index] = max(end, ends.get(seg.message_index, 0))
+    return ends
+
+
+def _implicit_active(prompt: Prompt, rules: CacheRules) -> bool:
+    return rules.implicit_breakpoint == "latest-message" and prompt.param(EXPLICIT_MODE_PARAM) != "explicit"
+
+
+def breakpoint_positions(prompt: Prompt, tp: TokenStream, rules: CacheRules) -> list[tuple[int, str]]:
+    """Effective breakpoints as (stream position at the end of the marked segment, ttl), by position.
+
+    Explicit ``cache_control`` markers first; then Anthropic automatic caching (``auto_cache``: the
+    last cacheable block; a no-op when that block already carries a marker); then OpenAI's implicit
+    breakpoint on the latest message (GPT-5.6+, unless the request asks for explicit mode).
+    """
+    marked: dict[int, CacheTTL] = {}
+    for seg, (_, end) in zip(prompt.segments, tp.spans, strict=False):
+        if seg.cache_control is not None:
+            marked.setdefault(end, seg.cache_control.ttl)
+    if prompt.auto_cache is not None:
+        auto = _auto_position(prompt, tp)
+        if auto is not None:
+            marked.setdefault(auto, prompt.auto_cache.ttl)
+    if _implicit_active(prompt, rules):
+        ends = _message_ends(prompt, tp)
+        # No message at all (only instructions / tools): the prompt's end is the latest content.
+        latest = ends[max(ends)] if ends else (tp.spans[-1][1] if tp.spans else 0)
+        marked.setdefault(latest, "5m")
+    return sorted((pos, ttl) for pos, ttl in marked.items() if pos > 0)
+
+
+def _boundaries(tp: TokenStream) -> list[int]:
+    """Block boundaries (segment ends) in stream positions, ascending, without repeats."""
+    return sorted({end for _, end in tp.spans if 0 < end <= len(tp.tokens)})
+
+
+def _read_windows(
+    prompt: Prompt, tp: TokenStream, rules: CacheRules, bps: list[tuple[int, str]]
+) -> list[list[int]]:
+    """For each breakpoint, the positions a read checks for an earlier write."""
+    if not bps:
+        return []
+    lookback = max(1, rules.lookback)
+    if rules.lookback_unit == "breakpoints":
+        # OpenAI GPT-5.6+: the latest `lookback` breakpoints of the conversation, no block limit.
+        # Earlier turns' implicit breakpoints sat at the ends of their latest messages, so every
+        # user / tool message end is a breakpoint the service may have written.
+        points = {pos for pos, _ in bps}
+        if _implicit_active(prompt, rules):
+            points.update(_message_ends(prompt, tp).values())
+        return [sorted(points)[-lookback:]]
+    # Anthropic: walk back one block at a time from each breakpoint, counting it as the first.
+    bounds = _boundaries(tp)
+    windows = []
+    for pos, _ in bps:
+        below = bisect_left(bounds, pos)
+        windows.append([pos, *bounds[max(0, below - (lookback - 1)) : below]])
+    return windows
+
+
+def _predict_breakpoints(
+    prompt: Prompt, tp: TokenStream, rules: CacheRules, match: PrefixMatch, marks: MarkLookup, units: _Units
+) -> Prediction:
+    live = _clamp(match.common_prefix_tokens, 0, units.n)
+    bps = breakpoint_positions(prompt, tp, rules)
+    windows = _read_windows(prompt, tp, rules, bps)
+    in_window = {p for window in windows for p in window}
+    # Also ask about every block boundary inside the reusable prefix: an entry there that no window
+    # reaches is what "breakpoint-too-far" means.
+    coverable = [b for b in _boundaries(tp) if b <= live]
+    query = sorted(in_window.union(coverable))
+    found = marks(query) if query else {}
+
+    def readable(pos: int) -> bool:
+        # Prefixes below the minimum are never written, so never read either.
+        return pos in found and units.of(pos) >= rules.min_tokens
+
+    hit = max((p for p in in_window if readable(p)), default=0)
+    too_far = any(readable(p) and p > hit for p in found)
+
+    newest = bps[-rules.max_breakpoints :] if rules.max_breakpoints > 0 else bps
+    writes = tuple((p, ttl) for p, ttl in newest if p > hit and units.of(p) >= rules.min_tokens)
+
+    cached = units.of(hit)
+    write = units.of(writes[-1][0]) - cached if writes else 0
+    # 1h entries must come before 5m ones (Anthropic), so the 1h part runs from the read position
+    # to the last 1h breakpoint written.
+    last_1h = max((p for p, ttl in writes if ttl == "1h"), default=0)
+    write_1h = units.of(last_1h) - cached if last_1h else 0
+
+    reusable = max(units.of(live), cached)
+    limits: set[str] = set()
+    if cached < reusable:
+        last_bound = coverable[-1] if coverable else 0
+        if units.of(live) < rules.min_tokens:
+            limits.add("below-minimum")
+        elif not bps:
+            limits.add("no-breakpoint")
+        elif too_far:
+            limits.add("breakpoint-too-far")
+        elif hit < last_bound:
+            # Reusable whole blocks that no earlier request wrote an entry for.
+            limits.add("no-breakpoint")
+    if match.held_prefix_tokens > match.common_prefix_tokens:
+        limits.add("expired")
+    return Prediction(
+        cached_tokens=cached,
+        cache_write_tokens=write,
+        cache_write_1h_tokens=write_1h,
+        uncached_tokens=units.count - cached - write,
+        reusable_tokens=reusable,
+        limits=_sorted_limits(limits),
+        write_positions=writes,
+        read_position=hit,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Automatic prefix caching (prefix, blocks, radix)
+
+
+def _predict_prefix(rules: CacheRules, match: PrefixMatch, units: _Units) -> Prediction:
+    live = _clamp(match.common_prefix_tokens, 0, units.n)
+    reusable = units.of(live)
+    # Engines recompute the last prompt token to get logits; OpenAI-style APIs may serve it all.
+    keep_last = rules.last_token_uncached or rules.mode in ("blocks", "radix")
+    cap = max(0, units.count - 1) if keep_last else units.count
+    step = max(1, rules.granularity)
+    cached = min(reusable, cap) // step * step
+    limits: set[str] = set()
+    if rules.min_tokens > 0 and (cached < rules.min_tokens or units.count < rules.min_tokens):
+        if reusable > 0:
+            limits.add("below-minimum")
+        cached = 0
+    if match.held_prefix_tokens > match.common_prefix_tokens:
+        limits.add("expired")
+    # No writes are billed in these modes and the index holds every prefix, so nothing to mark.
+    return Prediction(
+        cached_tokens=cached,
+        cache_write_tokens=0,
+        cache_write_1h_tokens=0,
+        uncached_tokens=units.count - cached,
+        reusable_tokens=reusable,
+        limits=_sorted_limits(limits),
+        write_positions=(),
+        read_position=units.position(cached, live),
+    )
+
+
+def predict(
+    prompt: Prompt, tp: TokenStream, rules: CacheRules, match: PrefixMatch, marks: MarkLookup
+) -> Prediction:
+    """Predict cached / cache-write / uncached input tokens for one request (pure, no I/O)."""
+    units = _Units(n=len(tp.tokens), ratio=tp.ratio, count=max(0, tp.count))
+    if rules.mode == "breakpoints":
+        return _predict_breakpoints(prompt, tp, rules, match, marks, units)
+    return _predict_prefix(rules, match, units)
