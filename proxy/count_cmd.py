@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .counting import PromptCounter, TokenizedPrompt
+from .counting import PromptCounter, TokenizedPrompt, provider_count
 from .errors import CachewardenError, RequestError
 from .models import load_model_table
 from .prompt import PROVIDERS, Prompt, Provider
@@ -64,11 +64,22 @@ def parse(body_text: str, provider: Provider | None) -> Prompt:
 
 
 def segment_rows(prompt: Prompt, tokenized: TokenizedPrompt) -> list[tuple[str, str, int]]:
-    """(path, kind, provider tokens) per segment; framing tokens count where their span lies."""
-    rows: list[tuple[str, str, int]] = []
-    for seg, (start, end) in zip(prompt.segments, tokenized.spans, strict=True):
-        n = end - start
-        rows.append((seg.path, seg.kind, n if tokenized.ratio == 1.0 else round(n * tokenized.ratio)))
+    """(path, kind, provider tokens) per segment; the rows add up to the request's count.
+
+    Each segment gets the difference of the rounded cumulative counts at its ends (so rounding never
+    drifts), and the reply priming that follows the last segment gets a row of its own.
+    """
+
+    def at(position: int) -> int:
+        return provider_count(position, tokenized.ratio)
+
+    rows = [
+        (seg.path, seg.kind, at(end) - at(start))
+        for seg, (start, end) in zip(prompt.segments, tokenized.spans, strict=True)
+    ]
+    framed = tokenized.spans[-1][1] if tokenized.spans else 0
+    if tokenized.count - at(framed):
+        rows.append(("(reply priming)", "framing", tokenized.count - at(framed)))
     return rows
 
 

@@ -56,7 +56,8 @@ def test_spans_cover_tokens_contiguously(counter: PromptCounter) -> None:
     )
     t = counter.tokenize(prompt)
     assert len(t.spans) == len(prompt.segments)
-    assert t.spans[0][0] == 0 and t.spans[-1][1] == len(t.tokens)
+    # Reply priming follows the last span and belongs to no segment.
+    assert t.spans[0][0] == 0 and len(t.tokens) - t.spans[-1][1] == 5
     for (_, end), (start, _) in zip(t.spans, t.spans[1:], strict=False):
         assert end == start
     assert all(end > start for start, end in t.spans)

@@ -1,0 +1,226 @@
+"""The engine: one request in, a prediction out — adapters, tokenizer, prefix index, cache model, pricing.
+
+Every surface (proxy, replay, diff) goes through ``Engine.analyse``. It is synchronous and holds
+no I/O; the proxy runs it in a worker thread beside the forwarding.
+
+Scopes. The provider caches per organisation and per model, so the index scope is
+(tenant, provider, model). Cache-affecting parameters (Anthropic ``tool_choice`` / ``thinking``,
+OpenAI reasoning effort) are not part of the scope: they *salt* the first token after the part of
+the prompt they invalidate (Anthropic: after the tools; OpenAI: the whole prompt), the way vLLM
+injects its cache salt into the first block. Prompts with other parameters then diverge exactly
+where the provider's cache would, and the tools cache survives a ``tool_choice`` change.
+A second, model-blind index over the unsalted tokens (scope = tenant, provider family) finds the
+earlier request a miss should be compared with, so attribution can say ``model-changed`` or
+``params-changed`` instead of ``cold``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .cache_model import Prediction, breakpoint_positions, predict
+from .counting import PromptCounter, TokenizedPrompt
+from .index import Match, MemoryIndex, PrefixIndex
+from .models import ModelInfo, ModelTable, load_model_table
+from .pricing import Cost, PriceTable
+from .prompt import Prompt
+
+_SALT_MASK = (1 << 62) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """An earlier request the engine can compare a new one with (kept in memory, bounded)."""
+
+    entry_id: str
+    tenant: str
+    prompt: Prompt
+    tokenized: TokenizedPrompt
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What the engine concluded about one request."""
+
+    prompt: Prompt
+    info: ModelInfo
+    tokenized: TokenizedPrompt
+    tenant: str
+    scope: str
+    entry_id: str
+    match: Match
+    prediction: Prediction
+    cost: Cost | None
+    # The earlier request of the tenant (any model or parameters) sharing the longest prefix.
+    previous: HistoryEntry | None
+    previous_common_tokens: int
+    now: float
+
+
+def _salt_position(prompt: Prompt, tp: TokenizedPrompt) -> int:
+    """Where cache-affecting parameters start to matter in the token stream."""
+    if prompt.provider != "anthropic":
+        return 0
+    tool_ends = [tp.spans[i][1] for i, s in enumerate(prompt.segments) if s.kind == "tool"]
+    return max(tool_ends, default=0)
+
+
+def salted_tokens(prompt: Prompt, tp: TokenizedPrompt) -> Sequence[int]:
+    """The token stream the scoped index sees: parameters folded into one token (see module doc)."""
+    if not prompt.params or not tp.tokens:
+        return tp.tokens
+    at = _salt_position(prompt, tp)
+    if at >= len(tp.tokens):
+        return tp.tokens
+    salted = list(tp.tokens)
+    # Negative and large: cannot collide with a real token id.
+    salted[at] = -(hash((salted[at], prompt.params)) & _SALT_MASK) - (1 << 40)
+    return salted
+
+
+class Engine:
+    """Analyses requests against the recent history of their scope. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        table: ModelTable | None = None,
+        prices: PriceTable | None = None,
+        index: PrefixIndex | None = None,
+        wide_index: PrefixIndex | None = None,
+        counter: PromptCounter | None = None,
+        history_size: int = 4096,
+    ) -> None:
+        self.table = table or load_model_table()
+        self.prices = prices or PriceTable.load()
+        # 5 M tokens held is about 150 MiB (bench/bench_index.py: ~31 MiB per million tokens).
+        self.index = index or MemoryIndex(max_tokens=5_000_000)
+        self.wide_index = wide_index or MemoryIndex(max_tokens=5_000_000)
+        self.counter = counter or PromptCounter(self.table)
+        self._history: OrderedDict[str, HistoryEntry] = OrderedDict()
+        self._history_size = history_size
+        self._lock = threading.Lock()
+
+    # -- scopes ---------------------------------------------------------------------------------
+    @staticmethod
+    def scope(tenant: str, prompt: Prompt) -> str:
+        return f"{tenant}\x1f{prompt.provider}\x1f{prompt.model}"
+
+    @staticmethod
+    def wide_scope(tenant: str, prompt: Prompt) -> str:
+        family = "anthropic" if prompt.provider == "anthropic" else "openai"
+        return f"{tenant}\x1f{family}"
+
+    # -- history --------------------------------------------------------------------------------
+    def history(self, entry_id: str | None, tenant: str) -> HistoryEntry | None:
+        """An earlier request by id, only ever for the tenant that sent it."""
+        if entry_id is None:
+            return None
+        with self._lock:
+            entry = self._history.get(entry_id)
+        return entry if entry is not None and entry.tenant == tenant else None
+
+    def _remember(self, entry: HistoryEntry) -> None:
+        with self._lock:
+            self._history[entry.entry_id] = entry
+            self._history.move_to_end(entry.entry_id)
+            while len(self._history) > self._history_size:
+                self._history.popitem(last=False)
+
+    # -- analysis -------------------------------------------------------------------------------
+    def analyse(self, prompt: Prompt, *, tenant: str = "default", now: float | None = None) -> Analysis:
+        now = time.time() if now is None else now
+        info = self.table.lookup(prompt.model, prompt.provider)
+        rules = info.cache
+        tp = self.counter.tokenize(prompt)
+        scope = self.scope(tenant, prompt)
+        stream = salted_tokens(prompt, tp)
+
+        match = self.index.lookup(scope, stream, now=now, ttl=rules.ttl_seconds)
+        marks = _MarkBook(self.index, scope, stream, now, rules.ttl_seconds, rules.max_ttl_seconds)
+        prediction = predict(prompt, tp, rules, match, marks.lookup)
+
+        wide = self.wide_scope(tenant, prompt)
+        wide_match = self.wide_index.lookup(wide, tp.tokens, now=now, ttl=0)
+        previous = self.history(wide_match.entry_id, tenant)
+
+        entry_id = uuid.uuid4().hex
+        self.index.insert(scope, stream, now=now, entry_id=entry_id)
+        self.wide_index.insert(wide, tp.tokens, now=now, entry_id=entry_id)
+        marks.record(prediction)
+        self._remember(HistoryEntry(entry_id, tenant, prompt, tp, now))
+
+        cost = self.prices.cost(
+            prompt.model,
+            prompt.provider,
+            cached=prediction.cached_tokens,
+            write_5m=prediction.cache_write_tokens - prediction.cache_write_1h_tokens,
+            write_1h=prediction.cache_write_1h_tokens,
+            uncached=prediction.uncached_tokens,
+        )
+        return Analysis(
+            prompt=prompt,
+            info=info,
+            tokenized=tp,
+            tenant=tenant,
+            scope=scope,
+            entry_id=entry_id,
+            match=match,
+            prediction=prediction,
+            cost=cost,
+            previous=previous,
+            previous_common_tokens=wide_match.held_prefix_tokens,
+            now=now,
+        )
+
+    def breakpoints(self, prompt: Prompt) -> list[tuple[int, str]]:
+        """Effective breakpoints of a prompt (stream positions, ttl) — for reports and the linter."""
+        info = self.table.lookup(prompt.model, prompt.provider)
+        return breakpoint_positions(prompt, self.counter.tokenize(prompt), info.cache)
+
+
+class _MarkBook:
+    """Cache writes at exact prefixes (breakpoint providers), kept per TTL class in the index.
+
+    A 5-minute and a 1-hour entry for the same prefix live and expire independently. 5-minute marks
+    sit in the request's own scope; 1-hour writes are rarer, so their prompt is inserted into a
+    sub-scope of its own only when one happens (marks hang on the index's blocks).
+    """
+
+    def __init__(
+        self, index: PrefixIndex, scope: str, stream: Sequence[int], now: float, ttl: float, ttl_1h: float
+    ) -> None:
+        self.index, self.stream, self.now = index, stream, now
+        self.classes = {"5m": (scope, ttl), "1h": (f"{scope}\x1f1h", ttl_1h or 3600.0)}
+        self.found: dict[int, str] = {}
+
+    def lookup(self, positions: Sequence[int]) -> Mapping[int, float]:
+        ages: dict[int, float] = {}
+        for ttl_class, (scope, ttl) in self.classes.items():
+            for pos, age in self.index.marks(scope, self.stream, positions, now=self.now, ttl=ttl).items():
+                if pos not in ages or age < ages[pos]:
+                    ages[pos] = age
+                    self.found[pos] = ttl_class
+        return ages
+
+    def record(self, prediction: Prediction) -> None:
+        """Mark what this request wrote and refresh what it read. Call after the prompt is inserted."""
+        by_class: dict[str, list[int]] = {"5m": [], "1h": []}
+        for pos, ttl_class in prediction.write_positions:
+            by_class[ttl_class].append(pos)
+        if prediction.read_position:
+            # A hit refreshes the entry it read, in its own TTL class.
+            by_class[self.found.get(prediction.read_position, "5m")].append(prediction.read_position)
+        for ttl_class, positions in by_class.items():
+            if not positions:
+                continue
+            scope = self.classes[ttl_class][0]
+            if ttl_class == "1h":
+                self.index.insert(scope, self.stream, now=self.now)
+            self.index.mark(scope, self.stream, positions, now=self.now)
