@@ -73,7 +73,7 @@ def segment_rows(prompt: Prompt, tokenized: TokenizedPrompt) -> list[tuple[str, 
     def at(position: int) -> int:
         return provider_count(position, tokenized.ratio)
 
-    rows = [
+    rows: list[tuple[str, str, int]] = [
         (seg.path, seg.kind, at(end) - at(start))
         for seg, (start, end) in zip(prompt.segments, tokenized.spans, strict=True)
     ]
