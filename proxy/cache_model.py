@@ -22,6 +22,7 @@ Modes (``CacheRules.mode``):
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -163,7 +164,20 @@ def _message_ends(prompt: Prompt, tp: TokenStream) -> dict[int, int]:
 
 
 def _implicit_active(prompt: Prompt, rules: CacheRules) -> bool:
-    return rules.implicit_breakpoint == "latest-message" and prompt.param(EXPLICIT_MODE_PARAM) != "explicit"
+    return rules.implicit_breakpoint == "latest-message" and _cache_mode(prompt) != "explicit"
+
+
+def _cache_mode(prompt: Prompt) -> str | None:
+    """``prompt_cache_options.mode`` (GPT-5.6+); the adapters keep the options as canonical JSON."""
+    raw = prompt.param("prompt_cache_options")
+    if raw is None:
+        return prompt.param(EXPLICIT_MODE_PARAM)
+    try:
+        options = json.loads(raw)
+    except ValueError:
+        return None
+    mode = options.get("mode") if isinstance(options, dict) else None
+    return mode if isinstance(mode, str) else None
 
 
 def breakpoint_positions(prompt: Prompt, tp: TokenStream, rules: CacheRules) -> list[tuple[int, str]]:

@@ -6,13 +6,13 @@ or extend profiles field by field, its models are matched before the shipped one
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-
 from cachewarden.rules import data_file
 
 from .errors import ConfigError
@@ -66,10 +66,7 @@ def _profile(name: str, raw: object, base: CacheRules | None) -> CacheRules:
     if unknown:
         raise ConfigError(f"model table: profile {name!r} has unknown fields: {', '.join(sorted(unknown))}")
     try:
-        if base is not None:
-            rules = replace(base, profile=name, **raw)
-        else:
-            rules = CacheRules(profile=name, **raw)
+        rules = replace(base, profile=name, **raw) if base is not None else CacheRules(profile=name, **raw)
     except TypeError as exc:
         raise ConfigError(f"model table: profile {name!r}: {exc}") from exc
     if rules.mode not in _MODES:
@@ -106,11 +103,15 @@ class ModelTable:
         if cache not in self.profiles:
             raise ConfigError(f"model table: entry {entry['match']!r} names unknown cache profile {cache!r}")
         tok = entry.get("tokenizer")
-        if not isinstance(tok, str) or not (tok in ("o200k_base", "cl100k_base", "claude") or tok.startswith("hf:")):
+        if not isinstance(tok, str) or not (
+            tok in ("o200k_base", "cl100k_base", "claude") or tok.startswith("hf:")
+        ):
             raise ConfigError(f"model table: entry {entry['match']!r}: bad tokenizer {tok!r}")
         extra = set(entry) - {"match", "cache", "tokenizer", "ratio"} - _RULE_FIELDS
         if extra:
-            raise ConfigError(f"model table: entry {entry['match']!r} has unknown fields: {', '.join(sorted(extra))}")
+            raise ConfigError(
+                f"model table: entry {entry['match']!r} has unknown fields: {', '.join(sorted(extra))}"
+            )
         return dict(entry)
 
     def lookup(self, model: str, provider: str = "openai-chat") -> ModelInfo:
@@ -130,7 +131,9 @@ class ModelTable:
         overrides = {k: v for k, v in entry.items() if k in _RULE_FIELDS}
         if overrides:
             rules = replace(rules, **overrides)
-        info = ModelInfo(model=model, tokenizer=entry["tokenizer"], ratio=float(entry.get("ratio", 1.0)), cache=rules)
+        info = ModelInfo(
+            model=model, tokenizer=entry["tokenizer"], ratio=float(entry.get("ratio", 1.0)), cache=rules
+        )
         self._cache[key] = info
         return info
 
@@ -146,7 +149,9 @@ def _read_yaml(path: Path | str, text: str) -> Mapping[str, Any]:
 
 
 def load_model_table(override: Path | None = None) -> ModelTable:
-    """The shipped table, with the user's file (if any) merged over it."""
+    """The shipped table, with the user's file (``override`` or ``$CACHEWARDEN_MODELS``) merged over it."""
+    if override is None and os.environ.get("CACHEWARDEN_MODELS"):
+        override = Path(os.environ["CACHEWARDEN_MODELS"])
     shipped = data_file("models.yaml")
     raw = _read_yaml("models.yaml", shipped.read_text(encoding="utf-8"))
     user = None

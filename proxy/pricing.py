@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -165,6 +166,9 @@ class PriceTable:
 
     @classmethod
     def load(cls, override: Path | None = None) -> PriceTable:
+        """The shipped snapshot, with ``override`` (or ``$CACHEWARDEN_PRICES``) merged over it."""
+        if override is None and os.environ.get("CACHEWARDEN_PRICES"):
+            override = Path(os.environ["CACHEWARDEN_PRICES"])
         rows = _read_rows("pricing.json", data_file("pricing.json").read_text(encoding="utf-8"))
         if override is not None:
             try:
