@@ -6,7 +6,8 @@ no I/O; the proxy runs it in a worker thread beside the forwarding.
 Scopes. The provider caches per organisation and per model, so the index scope is
 (tenant, provider, model). Cache-affecting parameters (Anthropic ``tool_choice`` / ``thinking``,
 OpenAI reasoning effort) are not part of the scope: they *salt* the first token after the part of
-the prompt they invalidate (Anthropic: after the tools; OpenAI: the whole prompt), the way vLLM
+the prompt they invalidate (Anthropic: ``tool_choice`` and ``thinking`` the messages, ``speed``,
+web search and citations the system prompt too; OpenAI: the whole prompt), the way vLLM
 injects its cache salt into the first block. Prompts with other parameters then diverge exactly
 where the provider's cache would, and the tools cache survives a ``tool_choice`` change.
 A second, model-blind index over the unsalted tokens (scope = tenant, provider family) finds the
@@ -63,25 +64,37 @@ class Analysis:
     now: float
 
 
-def _salt_position(prompt: Prompt, tp: TokenizedPrompt) -> int:
-    """Where cache-affecting parameters start to matter in the token stream."""
+# Anthropic's invalidation table (provider-caching.md §2.4): these parameters invalidate the system
+# cache too; every other cache-affecting parameter (tool_choice, thinking, ...) only the messages.
+_SYSTEM_LEVEL_PARAMS = frozenset({"speed", "web_search", "citations"})
+
+
+def _salt_points(prompt: Prompt, tp: TokenizedPrompt) -> list[tuple[int, tuple[tuple[str, str], ...]]]:
+    """(stream position, parameters) pairs: where each group of parameters starts to matter."""
     if prompt.provider != "anthropic":
-        return 0
-    tool_ends = [tp.spans[i][1] for i, s in enumerate(prompt.segments) if s.kind == "tool"]
-    return max(tool_ends, default=0)
+        return [(0, prompt.params)]
+    kinds = [s.kind for s in prompt.segments]
+    after_tools = max((tp.spans[i][1] for i, k in enumerate(kinds) if k == "tool"), default=0)
+    first_message = next(
+        (tp.spans[i][0] for i, s in enumerate(prompt.segments) if s.message_index is not None), len(tp.tokens)
+    )
+    system_level = tuple(p for p in prompt.params if p[0] in _SYSTEM_LEVEL_PARAMS)
+    message_level = tuple(p for p in prompt.params if p[0] not in _SYSTEM_LEVEL_PARAMS)
+    return [(after_tools, system_level), (first_message, message_level)]
 
 
 def salted_tokens(prompt: Prompt, tp: TokenizedPrompt) -> Sequence[int]:
-    """The token stream the scoped index sees: parameters folded into one token (see module doc)."""
+    """The token stream the scoped index sees: parameters folded into tokens (see module doc)."""
     if not prompt.params or not tp.tokens:
         return tp.tokens
-    at = _salt_position(prompt, tp)
-    if at >= len(tp.tokens):
-        return tp.tokens
-    salted = list(tp.tokens)
-    # Negative and large: cannot collide with a real token id.
-    salted[at] = -(hash((salted[at], prompt.params)) & _SALT_MASK) - (1 << 40)
-    return salted
+    salted: list[int] | None = None
+    for at, params in _salt_points(prompt, tp):
+        if not params or at >= len(tp.tokens):
+            continue
+        salted = salted if salted is not None else list(tp.tokens)
+        # Negative and large: cannot collide with a real token id.
+        salted[at] = -(hash((salted[at], params)) & _SALT_MASK) - (1 << 40)
+    return salted if salted is not None else tp.tokens
 
 
 class Engine:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -106,18 +107,31 @@ def test_model_switch_is_a_miss_but_finds_the_previous_request(engine: Engine) -
     assert switched.previous.prompt.model == "gpt-4.1"
 
 
-def test_anthropic_params_salt_after_the_tools() -> None:
-    auto = parse_request(anthropic(1, tool_choice={"type": "auto"}))
-    anyt = parse_request(anthropic(1, tool_choice={"type": "any"}))
+def _salted(body: dict[str, Any]) -> tuple[Sequence[int], Any, Any]:
     engine = Engine()
-    a, b = engine.counter.tokenize(auto), engine.counter.tokenize(anyt)
-    sa, sb = salted_tokens(auto, a), salted_tokens(anyt, b)
+    prompt = parse_request(body)
+    tp = engine.counter.tokenize(prompt)
+    return salted_tokens(prompt, tp), tp, prompt
+
+
+def test_anthropic_tool_choice_keeps_tools_and_system_cached() -> None:
+    sa, tp, prompt = _salted(anthropic(1, tool_choice={"type": "tool", "name": "lookup_0"}))
+    sb, _, _ = _salted(anthropic(1, tool_choice={"type": "tool", "name": "lookup_1"}))
+    first_message = next(tp.spans[i][0] for i, s in enumerate(prompt.segments) if s.message_index is not None)
+    assert first_message > 0
+    assert list(sa[:first_message]) == list(sb[:first_message])
+    assert sa[first_message] != sb[first_message]
+    assert list(sa[first_message + 1 :]) == list(sb[first_message + 1 :])
+
+
+def test_anthropic_speed_invalidates_the_system_prompt_too() -> None:
+    fast, tp, prompt = _salted(anthropic(1, speed="fast"))
+    standard, _, _ = _salted(anthropic(1, speed="standard"))
     tools_end = max(
-        end for (start, end), seg in zip(a.spans, auto.segments, strict=True) if seg.kind == "tool"
+        end for (_, end), seg in zip(tp.spans, prompt.segments, strict=True) if seg.kind == "tool"
     )
-    assert list(sa[:tools_end]) == list(sb[:tools_end])
-    assert sa[tools_end] != sb[tools_end]
-    assert list(sa[tools_end + 1 :]) == list(sb[tools_end + 1 :])
+    assert list(fast[:tools_end]) == list(standard[:tools_end])
+    assert fast[tools_end] != standard[tools_end]
 
 
 def test_openai_params_salt_the_whole_prompt() -> None:
