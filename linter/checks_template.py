@@ -1,0 +1,143 @@
+"""Template rules (CW1xx volatile values, CW20x ordering / serialisation, CW30x structure, CW40x size)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from jinja2 import nodes
+
+from . import context as limits
+from .context import Context
+from .findings import Edit, Hit
+from .template_scan import Loop, Piece, Scan, dotted, sorted_chain
+from .vocab import ISO_DATETIME, RFC_DATETIME, words
+
+_VOLATILE_CODE = {"timestamp": "CW101", "unique-id": "CW102", "random": "CW103"}
+_ITEMS_FIX = {"items": "|dictsort", "keys": "|dictsort|map('first')", "values": "|dictsort|map('last')"}
+_ROLE_LINE = re.compile(
+    r"^[ \t]*(?:#+[ \t]*)?<?\|?(system|developer|user|assistant|human|ai)\|?>?[ \t]*:?[ \t]*$", re.I | re.M
+)
+
+
+def system_ranges(text: str, whole: bool, scan: Scan) -> list[tuple[int, int]]:
+    """Where system instructions live: the whole file, a `{% block system %}`, or a `system:` role section."""
+    if whole:
+        return [(0, len(text))]
+    ranges = list(scan.system_blocks)
+    markers = list(_ROLE_LINE.finditer(text))
+    for i, m in enumerate(markers):
+        if m.group(1).lower() in ("system", "developer"):
+            end = markers[i + 1].start() if i + 1 < len(markers) else len(text)
+            ranges.append((m.end(), end))
+    return ranges
+
+
+def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, int]]) -> Iterator[Hit]:
+    pieces = scan.pieces
+    static_tokens = [
+        ctx.tokens(p.text) if p.static and not p.conditional and p.text.strip() else 0 for p in pieces
+    ]
+    # after[i]: unconditional static tokens after piece i: what a change at piece i re-prefills.
+    after = [0] * (len(pieces) + 1)
+    for i in range(len(pieces) - 1, -1, -1):
+        after[i] = after[i + 1] + static_tokens[i]
+    yield from _volatile(pieces, after)
+    yield from _literals(text, pieces)
+    yield from _serialisation(ctx, scan)
+    for loop in scan.loops:
+        yield from _loop(loop)
+    yield from _structure(ctx, pieces, after, system)
+    yield from _size(ctx, pieces, static_tokens)
+
+
+def _volatile(pieces: list[Piece], after: list[int]) -> Iterator[Hit]:
+    for i, piece in enumerate(pieces):
+        if piece.static or piece.volatile is None:
+            continue
+        if after[i + 1] >= limits.VOLATILE_TAIL_TOKENS:
+            yield Hit(
+                _VOLATILE_CODE[piece.volatile],
+                piece.start,
+                piece.end,
+                {"value": piece.label, "tokens": after[i + 1]},
+            )
+
+
+def _literals(text: str, pieces: list[Piece]) -> Iterator[Hit]:
+    for piece in pieces:
+        if not piece.static:
+            continue
+        for pattern in (ISO_DATETIME, RFC_DATETIME):
+            for m in pattern.finditer(piece.text):
+                yield Hit("CW104", piece.start + m.start(), piece.start + m.end(), {"value": m.group()})
+
+
+def _serialisation(ctx: Context, scan: Scan) -> Iterator[Hit]:
+    for use in scan.json_uses:
+        if use.sort_keys is True:
+            continue
+        # Jinja2's own |tojson sorts keys (policy json.dumps_kwargs = {"sort_keys": True}) unless the
+        # application changed the policy; anything else sorts only when asked to.
+        if use.name == "tojson" and use.sort_keys is None and ctx.settings.tojson_sort_keys:
+            continue
+        yield Hit("CW201", use.start, use.end, {"value": use.name})
+
+
+def _loop(loop: Loop) -> Iterator[Hit]:
+    it = loop.node.iter
+    if sorted_chain(it):
+        return
+    start, end = (loop.iter_start, loop.iter_end) if loop.iter_start >= 0 else (loop.start, loop.end)
+    base: nodes.Node | None = None
+    method = ""
+    if isinstance(it, nodes.Call) and isinstance(it.node, nodes.Getattr) and it.node.attr in _ITEMS_FIX:
+        base, method = it.node.node, it.node.attr
+    elif isinstance(it, nodes.Filter) and it.name == "items" and it.node is not None:
+        base, method = it.node, "items"
+    if base is not None:
+        name = dotted(base) or "mapping"
+        edits: tuple[Edit, ...] = ()
+        if loop.iter_start >= 0 and dotted(base) is not None:
+            edits = (Edit(start, end, f"{name}{_ITEMS_FIX[method]}"),)
+        yield Hit("CW202", start, end, {"value": loop.iter_text or name, "method": method}, edits)
+        return
+    tools = dotted(it)
+    if tools and set(words(tools.split(".")[-1])) & {"tools", "tool", "functions"}:
+        edits = (
+            (Edit(start, end, f"{loop.iter_text}|sort(attribute='name')"),) if loop.iter_start >= 0 else ()
+        )
+        yield Hit("CW203", start, end, {"value": tools}, edits)
+
+
+def _structure(
+    ctx: Context, pieces: list[Piece], after: list[int], system: list[tuple[int, int]]
+) -> Iterator[Hit]:
+    for i, piece in enumerate(pieces):
+        if not piece.static and piece.per_request and piece.volatile is None and not piece.per_user:
+            if after[i + 1] >= limits.LARGE_STATIC_BLOCK_TOKENS:
+                yield Hit("CW301", piece.start, piece.end, {"value": piece.label, "tokens": after[i + 1]})
+            break
+    for piece in pieces:
+        if piece.per_user and any(a <= piece.start < b for a, b in system):
+            yield Hit("CW302", piece.start, piece.end, {"value": piece.per_user})
+
+
+def _size(ctx: Context, pieces: list[Piece], static_tokens: list[int]) -> Iterator[Hit]:
+    first = next((i for i, p in enumerate(pieces) if not p.static and (p.volatile or p.per_request)), None)
+    if first is None:
+        return
+    prefix, total = sum(static_tokens[:first]), sum(static_tokens)
+    minimum = ctx.info.cache.min_tokens
+    piece = pieces[first]
+    args = {
+        "value": piece.label,
+        "prefix": prefix,
+        "total": total,
+        "minimum": minimum,
+        "model": ctx.info.model,
+    }
+    if total >= minimum > prefix:
+        yield Hit("CW401", piece.start, piece.end, args)
+    elif total >= limits.SHARE_MIN_STATIC_TOKENS and prefix < limits.LOW_SHARE * total:
+        yield Hit("CW402", piece.start, piece.end, {**args, "share": f"{prefix / total:.0%}"})

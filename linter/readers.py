@@ -1,0 +1,179 @@
+"""Turn one file into hits: pick the reader by kind, run the checks that apply to it.
+
+Templates embedded elsewhere (a `.prompty` body after its front matter, a string in a YAML prompt
+config) are checked as templates of their own and their offsets mapped back into the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import jinja2
+from cachewarden.proxy.errors import CachewardenError
+
+from .checks_request import check_body
+from .checks_template import check_template, system_ranges
+from .checks_text import check_text
+from .context import Context
+from .findings import Hit
+from .template_scan import Piece, Scan, scan_template
+from .tree import Node, ParseError, parse_json, parse_yaml
+from .vocab import words
+
+STRICT_TEMPLATES = frozenset({".j2", ".jinja", ".jinja2", ".prompty"})
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?\r?\n)---[ \t]*\r?\n", re.S)
+_TEMPLATE_KEYS = frozenset(
+    {
+        "system",
+        "system_prompt",
+        "instructions",
+        "prompt",
+        "template",
+        "content",
+        "user",
+        "developer",
+        "text",
+        "preamble",
+        "messages",
+    }
+)
+_SYSTEM_KEYS = frozenset({"system", "system_prompt", "instructions", "developer", "preamble"})
+_REQUEST_KEYS = frozenset({"messages", "tools", "input", "input_schema", "parameters", "response_format"})
+
+
+class FileError(CachewardenError):
+    """A file the linter cannot read (bad JSON / YAML / template syntax): exit 2."""
+
+
+def _system_file(path: str) -> bool:
+    return bool(
+        set(words(os.path.splitext(os.path.basename(path))[0])) & {"system", "instructions", "developer"}
+    )
+
+
+def _template_hits(ctx: Context, text: str, strict: bool, whole_system: bool, where: str) -> Iterator[Hit]:
+    try:
+        scan = scan_template(text)
+    except jinja2.TemplateSyntaxError as exc:
+        if strict:
+            raise FileError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from exc
+        # Plain text that only looks like Jinja ("{%" in an example): all of it is static.
+        scan = Scan(pieces=[Piece(True, 0, len(text), text=text)])
+    yield from check_template(ctx, text, scan, system_ranges(text, whole_system, scan))
+
+
+def lint_template(ctx: Context) -> Iterator[Hit]:
+    source = ctx.source
+    text = source.text
+    suffix = os.path.splitext(source.path)[1].lower()
+    m = _FRONT_MATTER.match(text)
+    if m and suffix in (".prompty", ".md", ".prompt"):
+        try:
+            meta = parse_yaml(m.group(1))
+        except ParseError:
+            meta = None
+        if meta is not None and meta.kind == "object":
+            ctx.model = _front_matter_model(meta.to_python())
+        # Blank the front matter (same length, same newlines) so offsets stay those of the file.
+        text = re.sub(r"[^\n]", " ", m.group()) + text[m.end() :]
+    yield from _template_hits(ctx, text, suffix in STRICT_TEMPLATES, _system_file(source.path), source.path)
+    yield from check_text(source.text)
+
+
+def _front_matter_model(meta: object) -> str | None:
+    if not isinstance(meta, dict):
+        return None
+    model = meta.get("model")
+    if isinstance(model, str):
+        return model
+    if isinstance(model, dict):
+        for key in ("id", "name"):
+            if isinstance(model.get(key), str):
+                return str(model[key])
+        config = model.get("configuration")
+        if isinstance(config, dict):
+            for key in ("name", "model", "azure_deployment"):
+                if isinstance(config.get(key), str):
+                    return str(config[key])
+    return None
+
+
+def lint_json(ctx: Context) -> tuple[list[Hit], object]:
+    try:
+        root = parse_json(ctx.source.text)
+    except ParseError as exc:
+        line, col = ctx.source.position(exc.offset)
+        raise FileError(f"{ctx.source.path}:{line}:{col}: not valid JSON: {exc}") from exc
+    header = root.get("//") if root.kind == "object" else None
+    return list(check_body(ctx, root, ctx.source.text, fixable=True)), header.to_python() if header else None
+
+
+def lint_yaml(ctx: Context) -> list[Hit]:
+    try:
+        root = parse_yaml(ctx.source.text)
+    except ParseError as exc:
+        line, col = ctx.source.position(exc.offset)
+        raise FileError(f"{ctx.source.path}:{line}:{col}: {exc}") from exc
+    if root is None:
+        return []
+    if root.kind == "array" or any(k in _REQUEST_KEYS for k, _, _ in root.members):
+        hits = list(check_body(ctx, root, ctx.source.text, fixable=False))
+        if root.kind == "array" or root.get("messages") is not None:
+            return hits
+    else:
+        hits = []
+        model = root.get("model")
+        if model is not None and isinstance(model.value, str):
+            ctx.model = model.value
+    for key, node, system in _prompt_strings(root, None, False):
+        mapper = _scalar_mapper(ctx.source.text, node)
+        where = f"{ctx.source.path} ({key})"
+        for hit in _template_hits(ctx, node.value, False, system, where):
+            start, end = mapper(hit.start), mapper(hit.end)
+            hits.append(replace(hit, start=start, end=max(start, end), edits=()))
+    return hits
+
+
+def _prompt_strings(node: Node, key: str | None, system: bool) -> Iterator[tuple[str, Node, bool]]:
+    if node.kind == "string" and key is not None:
+        text = node.value
+        if key in _TEMPLATE_KEYS or "{{" in text or "{%" in text:
+            yield key, node, system
+    for name, _, child in node.members:
+        role = node.get("role")
+        in_system = (
+            system
+            or name in _SYSTEM_KEYS
+            or (name == "content" and role is not None and role.value in ("system", "developer"))
+        )
+        yield from _prompt_strings(child, name, in_system)
+    for child in node.items:
+        yield from _prompt_strings(child, key, system)
+
+
+def _scalar_mapper(text: str, node: Node) -> Callable[[int], int]:
+    """Map an offset in a YAML scalar's value to the file: exact for `|` blocks, else the scalar start."""
+    if text[node.start : node.start + 1] != "|":
+        return lambda _offset: node.start
+    first = text.find("\n", node.start) + 1
+    body_line = text[first : text.find("\n", first) if "\n" in text[first:] else len(text)]
+    indent = len(body_line) - len(body_line.lstrip(" "))
+    line_starts = [first]
+    pos = first
+    while pos < node.end:
+        nxt = text.find("\n", pos)
+        if nxt < 0:
+            break
+        pos = nxt + 1
+        line_starts.append(pos)
+    value: str = node.value
+
+    def mapper(offset: int) -> int:
+        line = value.count("\n", 0, offset)
+        col = offset - (value.rfind("\n", 0, offset) + 1)
+        return line_starts[min(line, len(line_starts) - 1)] + indent + col
+
+    return mapper

@@ -1,0 +1,72 @@
+"""Files as the linter sees them: text with offset ↔ line/column mapping, kind detection, walking."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["template", "json", "yaml"]
+
+TEMPLATE_SUFFIXES = frozenset({".j2", ".jinja", ".jinja2", ".txt", ".md", ".prompt", ".prompty"})
+DATA_SUFFIXES = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
+SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache"})
+
+
+def kind_of(path: str) -> Kind | None:
+    """The reader for a file name, or None when the linter does not read this kind of file."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in TEMPLATE_SUFFIXES:
+        return "template"
+    data = DATA_SUFFIXES.get(suffix)
+    return "json" if data == "json" else "yaml" if data == "yaml" else None
+
+
+@dataclass(slots=True)
+class Source:
+    """The text of one file plus the line table that turns offsets into 1-based positions."""
+
+    path: str
+    text: str
+    kind: Kind
+    _starts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._starts = [0]
+        self._starts.extend(i + 1 for i, ch in enumerate(self.text) if ch == "\n")
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """(line, column), both 1-based, of a character offset."""
+        offset = max(0, min(offset, len(self.text)))
+        index = bisect.bisect_right(self._starts, offset) - 1
+        return index + 1, offset - self._starts[index] + 1
+
+    def line_start(self, line: int) -> int:
+        """Offset of the first character of a 1-based line."""
+        return self._starts[max(0, min(line, len(self._starts)) - 1)]
+
+    def line_text(self, line: int) -> str:
+        start = self.line_start(line)
+        end = self.text.find("\n", start)
+        return self.text[start : end if end >= 0 else len(self.text)].rstrip("\r")
+
+    @property
+    def line_count(self) -> int:
+        return len(self._starts)
+
+
+def walk(paths: Iterable[str]) -> Iterator[str]:
+    """Files to lint under ``paths``, sorted; directories are walked for the suffixes we read."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found: list[str] = []
+            for root, dirs, files in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+                found.extend(os.path.join(root, f) for f in files if kind_of(f) is not None)
+            yield from sorted(found)
+        else:
+            yield str(path)

@@ -1,0 +1,297 @@
+"""Read a template with Jinja2's own parser into a timeline of static text and expressions.
+
+Jinja nodes carry line numbers only; columns come from finding each piece in the source after the
+previous one (static text verbatim, identifiers by word boundary), so positions follow source order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import jinja2
+from jinja2 import nodes
+
+from .vocab import STRFTIME, Volatile, classify_call, classify_name, is_per_request, is_per_user, words
+
+_ENV = jinja2.Environment(keep_trailing_newline=True, autoescape=False)
+SORT_FILTERS = frozenset({"sort", "dictsort"})
+_FOR_TAG = re.compile(r"\{%[-+]?\s*for\b(?P<body>.*?)[-+]?%\}", re.S)
+_FOR_ITER = re.compile(r"\bin\s+(?P<iter>.+?)\s*(?:\bif\b.*|\brecursive\s*)?$", re.S)
+
+
+@dataclass(slots=True)
+class Piece:
+    """Static text, or one expression the template prints (or branches / loops on)."""
+
+    static: bool
+    start: int
+    end: int
+    text: str = ""
+    volatile: Volatile | None = None
+    label: str = ""  # the identifier / call that makes the expression what it is
+    per_request: bool = False
+    per_user: str = ""
+    conditional: bool = False  # static text whose presence depends on per-request data
+
+
+@dataclass(slots=True)
+class Loop:
+    start: int  # the {% for %} tag
+    end: int
+    iter_start: int  # the iterable expression inside the tag (-1 when not located)
+    iter_end: int
+    iter_text: str
+    node: nodes.For
+
+
+@dataclass(slots=True)
+class JsonUse:
+    """A serialisation filter or call: ``|tojson``, ``json.dumps(x)``, ``|to_json``."""
+
+    name: str
+    start: int
+    end: int
+    sort_keys: bool | None  # the sort_keys argument when given literally
+
+
+@dataclass(slots=True)
+class Scan:
+    pieces: list[Piece] = field(default_factory=list)
+    loops: list[Loop] = field(default_factory=list)
+    json_uses: list[JsonUse] = field(default_factory=list)
+    system_blocks: list[tuple[int, int]] = field(default_factory=list)
+
+
+def dotted(node: nodes.Node) -> str | None:
+    """``user.profile.name`` for Name / Getattr chains, else None."""
+    if isinstance(node, nodes.Name):
+        return node.name
+    if isinstance(node, nodes.Getattr):
+        base = dotted(node.node)
+        return f"{base}.{node.attr}" if base else None
+    if (
+        isinstance(node, nodes.Getitem)
+        and isinstance(node.arg, nodes.Const)
+        and isinstance(node.arg.value, str)
+    ):
+        base = dotted(node.node)
+        return f"{base}.{node.arg.value}" if base else None
+    return None
+
+
+def callee(node: nodes.Call) -> str:
+    target = node.node
+    if isinstance(target, nodes.Name):
+        return target.name
+    if isinstance(target, nodes.Getattr):
+        return target.attr
+    return ""
+
+
+def sorted_chain(node: nodes.Node) -> bool:
+    """True when an iterable expression passes through ``|sort`` or ``|dictsort``."""
+    while isinstance(node, nodes.Filter):
+        if node.name in SORT_FILTERS:
+            return True
+        if node.node is None:
+            return False
+        node = node.node
+    return False
+
+
+class _Scanner:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.cursor = 0
+        self.scan = Scan()
+        self.aliases: dict[str, Volatile] = {}
+        self.request_aliases: set[str] = set()
+        self._candidates: list[tuple[Volatile, str]] = []
+
+    def locate(self, word: str, lineno: int) -> tuple[int, int]:
+        """Offsets of ``word`` at or after the cursor (falling back to the node's line)."""
+        pattern = re.compile(
+            r"(?<!\w)" + re.escape(word) + r"(?!\w)" if word[:1].isalnum() else re.escape(word)
+        )
+        lines = self.text.split("\n", lineno - 1)
+        line_start = len(self.text) - len(lines[-1]) if len(lines) >= lineno else 0
+        for origin in (max(self.cursor, line_start), line_start, 0):
+            m = pattern.search(self.text, origin)
+            if m:
+                return m.start(), m.end()
+        return line_start, line_start
+
+    def classify(self, expr: nodes.Node) -> Piece:
+        piece = Piece(static=False, start=-1, end=-1)
+        self._candidates = []
+        stack: list[nodes.Node] = [expr]
+        while stack:
+            node = stack.pop()
+            stack.extend(reversed(list(node.iter_child_nodes())))
+            found: Volatile | None = None
+            label = ""
+            if isinstance(node, nodes.Call):
+                label = callee(node)
+                found = classify_call(label)
+                self._json_call(node, label)
+            elif isinstance(node, nodes.Filter):
+                label = node.name
+                if node.name in ("random", "shuffle"):
+                    found = "random"
+                self._json_filter(node)
+            elif (
+                isinstance(node, nodes.Const) and isinstance(node.value, str) and STRFTIME.search(node.value)
+            ):
+                found, label = "timestamp", node.value
+            elif isinstance(node, nodes.Name | nodes.Getattr) and node.ctx == "load":
+                name = dotted(node)
+                if name is None:
+                    continue
+                label = name
+                found = self.aliases.get(name.split(".")[0]) or classify_name(name)
+                if is_per_user(name) and not piece.per_user:
+                    piece.per_user = name
+                if is_per_request(name) or name.split(".")[0] in self.request_aliases:
+                    piece.per_request = True
+                if isinstance(node, nodes.Getattr):
+                    stack = [n for n in stack if not _inside(n, node)]
+            if found:
+                self._candidates.append((found, f"{label}()" if isinstance(node, nodes.Call) else label))
+            if not piece.label and label:
+                piece.label = label
+        return piece
+
+    def _json_filter(self, node: nodes.Filter) -> None:
+        low = node.name.lower()
+        if low == "tojson" or "json" in words(node.name) or low == "dumps":
+            start, end = self.locate(node.name, node.lineno)
+            self.scan.json_uses.append(JsonUse(node.name, start, end, _sort_keys_kwarg(node.kwargs)))
+
+    def _json_call(self, node: nodes.Call, name: str) -> None:
+        if name in ("dumps", "json_dumps", "to_json", "tojson"):
+            start, end = self.locate(name, node.lineno)
+            self.scan.json_uses.append(JsonUse(name, start, end, _sort_keys_kwarg(node.kwargs)))
+
+    def expression(self, expr: nodes.Node, conditional: bool) -> Piece:
+        piece = self.classify(expr)
+        # Report the volatile value that comes first in the source: `now` in `now().strftime(...)`.
+        located = sorted(
+            (self.locate(label.removesuffix("()"), expr.lineno), -len(label), kind, label)
+            for kind, label in self._candidates
+        )
+        if located:
+            (piece.start, piece.end), _, piece.volatile, piece.label = located[0]
+        elif piece.label:
+            piece.start, piece.end = self.locate(piece.label, expr.lineno)
+        else:
+            piece.start = piece.end = self.cursor
+        piece.conditional = conditional
+        self.cursor = max(self.cursor, piece.start)
+        return piece
+
+    def skip_tag(self) -> None:
+        end = self.text.find("%}", self.cursor)
+        if end >= 0:
+            self.cursor = end + 2
+
+    def static(self, data: str, conditional: bool) -> None:
+        at = self.text.find(data, self.cursor)
+        if at < 0:  # whitespace control trimmed it differently: keep order, drop exact position
+            at = self.cursor
+        self.cursor = at + len(data)
+        self.scan.pieces.append(Piece(True, at, at + len(data), text=data, conditional=conditional))
+
+    def body(self, body: list[nodes.Node], conditional: bool) -> None:
+        for node in body:
+            self.statement(node, conditional)
+
+    def statement(self, node: nodes.Node, conditional: bool) -> None:
+        if isinstance(node, nodes.Output):
+            for child in node.nodes:
+                if isinstance(child, nodes.TemplateData):
+                    self.static(child.data, conditional)
+                else:
+                    self.scan.pieces.append(self.expression(child, conditional))
+        elif isinstance(node, nodes.For):
+            self.loop(node, conditional)
+        elif isinstance(node, nodes.If):
+            test = self.expression(node.test, conditional)
+            varies = conditional or test.volatile is not None or test.per_request
+            if test.volatile:
+                self.scan.pieces.append(test)
+            self.skip_tag()
+            self.body(node.body, varies)
+            for branch in node.elif_:
+                self.statement(branch, varies)
+            self.body(node.else_, varies)
+        elif isinstance(node, nodes.Assign):
+            value = self.classify(node.node)
+            volatile = self._candidates[0][0] if self._candidates else None
+            self.skip_tag()
+            for target in (
+                node.target.find_all(nodes.Name) if not isinstance(node.target, nodes.Name) else [node.target]
+            ):
+                if volatile:
+                    self.aliases[target.name] = volatile
+                if value.per_request:
+                    self.request_aliases.add(target.name)
+        elif isinstance(node, nodes.Block):
+            start = self.cursor
+            self.body(node.body, conditional)
+            if "system" in words(node.name) or "instructions" in words(node.name):
+                self.scan.system_blocks.append((start, self.cursor))
+        elif isinstance(node, nodes.Macro | nodes.Extends | nodes.Include | nodes.Import | nodes.FromImport):
+            return  # definitions and other files: linted where they live
+        else:
+            for attr in ("body", "else_"):
+                inner = getattr(node, attr, None)
+                if isinstance(inner, list):
+                    self.body(inner, conditional)
+
+    def loop(self, node: nodes.For, conditional: bool) -> None:
+        tag = _FOR_TAG.search(self.text, self.cursor)
+        iter_start = iter_end = -1
+        iter_text = ""
+        if tag:
+            m = _FOR_ITER.search(tag.group("body"))
+            if m:
+                iter_text = m.group("iter").strip()
+                iter_start = tag.start("body") + m.start("iter")
+                iter_end = iter_start + len(iter_text)
+        start = tag.start() if tag else self.cursor
+        end = tag.end() if tag else self.cursor
+        self.scan.loops.append(Loop(start, end, iter_start, iter_end, iter_text, node))
+        source = self.classify(node.iter)
+        self.cursor = end
+        if source.volatile:
+            source.start, source.end = (iter_start, iter_end) if iter_start >= 0 else (start, end)
+            self.scan.pieces.append(source)
+        varies = conditional or source.per_request or source.volatile is not None
+        for target in (
+            node.target.find_all(nodes.Name) if not isinstance(node.target, nodes.Name) else [node.target]
+        ):
+            if source.per_request:
+                self.request_aliases.add(target.name)
+        self.body(node.body, varies)
+        self.body(node.else_, varies)
+
+
+def _inside(node: nodes.Node, parent: nodes.Node) -> bool:
+    return any(child is node for child in parent.find_all(nodes.Node))
+
+
+def _sort_keys_kwarg(kwargs: Sequence[nodes.Node]) -> bool | None:
+    for kw in kwargs:
+        if isinstance(kw, nodes.Keyword) and kw.key == "sort_keys" and isinstance(kw.value, nodes.Const):
+            return bool(kw.value.value)
+    return None
+
+
+def scan_template(text: str) -> Scan:
+    """Parse with Jinja2 (raises jinja2.TemplateSyntaxError) and build the timeline."""
+    tree = _ENV.parse(text)
+    scanner = _Scanner(text)
+    scanner.body(tree.body, False)
+    return scanner.scan

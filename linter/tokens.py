@@ -1,0 +1,23 @@
+"""Token counts for size rules: the model's real tokenizer (o200k / cl100k / hf:PATH, Claude scaled)."""
+
+from __future__ import annotations
+
+import functools
+
+from cachewarden.proxy.models import ModelInfo, load_model_table
+from cachewarden.proxy.tokenizers import get_tokenizer
+
+DEFAULT_MODEL = "gpt-4o"
+
+
+@functools.cache
+def model_info(model: str | None, provider: str = "openai-chat") -> ModelInfo:
+    return load_model_table().lookup(model or DEFAULT_MODEL, provider)
+
+
+def count_tokens(text: str, info: ModelInfo) -> int:
+    """Input tokens the provider would count for ``text`` (Claude: o200k × the model's ratio)."""
+    if not text:
+        return 0
+    n = len(get_tokenizer(info.tokenizer).encode(text))
+    return round(n * info.ratio) if info.ratio != 1.0 else n
