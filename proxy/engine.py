@@ -22,7 +22,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .cache_model import Prediction, breakpoint_positions, predict
 from .counting import PromptCounter, TokenizedPrompt
@@ -67,12 +67,16 @@ class Analysis:
 # Anthropic's invalidation table (provider-caching.md §2.4): these parameters invalidate the system
 # cache too; every other cache-affecting parameter (tool_choice, thinking, ...) only the messages.
 _SYSTEM_LEVEL_PARAMS = frozenset({"speed", "web_search", "citations"})
+# OpenAI parameters that choose the cache policy rather than change the rendered prompt.
+_POLICY_PARAMS = frozenset({"prompt_cache_retention", "prompt_cache_options"})
+# ``prompt_cache_retention: "24h"`` keeps prefixes up to a day (OpenAI extended retention).
+_EXTENDED_RETENTION_SECONDS = 86_400.0
 
 
 def _salt_points(prompt: Prompt, tp: TokenizedPrompt) -> list[tuple[int, tuple[tuple[str, str], ...]]]:
     """(stream position, parameters) pairs: where each group of parameters starts to matter."""
     if prompt.provider != "anthropic":
-        return [(0, prompt.params)]
+        return [(0, tuple(p for p in prompt.params if p[0] not in _POLICY_PARAMS))]
     kinds = [s.kind for s in prompt.segments]
     after_tools = max((tp.spans[i][1] for i, k in enumerate(kinds) if k == "tool"), default=0)
     first_message = next(
@@ -123,7 +127,10 @@ class Engine:
     # -- scopes ---------------------------------------------------------------------------------
     @staticmethod
     def scope(tenant: str, prompt: Prompt) -> str:
-        return f"{tenant}\x1f{prompt.provider}\x1f{prompt.model}"
+        """The provider caches per organisation and model; OpenAI also routes on ``prompt_cache_key``."""
+        family = "anthropic" if prompt.provider == "anthropic" else "openai"
+        key = prompt.prompt_cache_key or "" if family == "openai" else ""
+        return f"{tenant}\x1f{family}\x1f{prompt.model}\x1f{key}"
 
     @staticmethod
     def wide_scope(tenant: str, prompt: Prompt) -> str:
@@ -151,6 +158,8 @@ class Engine:
         now = time.time() if now is None else now
         info = self.table.lookup(prompt.model, prompt.provider)
         rules = info.cache
+        if prompt.param("prompt_cache_retention") == "24h" and rules.mode == "prefix":
+            rules = replace(rules, ttl_seconds=_EXTENDED_RETENTION_SECONDS)
         tp = self.counter.tokenize(prompt)
         scope = self.scope(tenant, prompt)
         stream = salted_tokens(prompt, tp)
