@@ -3,15 +3,21 @@
 Prints, per request format, how close PromptCounter comes to the recorded usage:
 - OpenAI chat, plain text (no tools, images or structured-output schema): share counted exactly;
 - OpenAI chat with tools, Responses, Anthropic: median relative error (|counted - reported| / reported).
-Only records that are self-contained and not suspect count (README of the data). The data are
-third-party: they are read in place and never copied into the repository.
+Anthropic rows are also given per model family. The Anthropic framing constants and ratios were fitted
+on the "in-sample" records only; "held-out" records are those whose test (the cassette's test name, so
+the sync / async / beta variants of one test stay together) hashes into one bucket in four, and are
+reported separately so the fit can be judged honestly. Only records that are self-contained and not
+suspect count (README of the data). The data are third-party: they are read in place and never copied
+into the repository.
 
     .venv/bin/python bench/bench_counting.py [PATH/interactions.jsonl] [--detail]
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -49,6 +55,50 @@ def bucket(rec: dict[str, Any], prompt: Prompt) -> str:
     return "openai-chat plain"
 
 
+# Anthropic model families (longest prefix wins), as in proxy/counting.py FRAMING and rules/models.yaml.
+FAMILIES = {
+    "claude-sonnet-4": "sonnet-4-0",
+    "claude-sonnet-4-5": "sonnet-4-5",
+    "claude-sonnet-4-6": "sonnet-4-6",
+    "claude-haiku-4-5": "haiku-4-5",
+    "claude-3-5-haiku": "3-5-haiku",
+    "claude-3": "claude-3",
+    "claude-opus-4": "opus-4",
+    "claude-opus-4-7": "opus-4-7/4-8",
+    "claude-opus-4-8": "opus-4-7/4-8",
+    "claude-opus-5": "5.x",
+    "claude-sonnet-5": "5.x",
+}
+
+
+def family(model: str) -> str:
+    name = model.lower()
+    keys = [k for k in FAMILIES if name.startswith(k)]
+    return FAMILIES[max(keys, key=len)] if keys else "other"
+
+
+def test_group(sequence_id: str) -> str:
+    """The test a cassette belongs to: its last ``test_*`` path part without parameters, else the file."""
+    repo, _, path = sequence_id.partition(":")
+    parts = path.split("/")
+    tests = [p for p in parts if p.startswith("test_")]
+    name = re.sub(r"[.](yaml|har|json)$", "", re.sub(r"\[.*", "", tests[-1] if tests else parts[-1]))
+    if not tests and len(parts) > 2:
+        name = f"{parts[-3]}/{name}"
+    return f"{repo}:{name}"
+
+
+def held_out(rec: dict[str, Any]) -> bool:
+    return hashlib.blake2b(test_group(rec["sequence_id"]).encode(), digest_size=8).digest()[0] % 4 == 0
+
+
+def stats(errs: list[float]) -> str:
+    if not errs:
+        return f"{'-':>21}"
+    p90 = statistics.quantiles(errs, n=10)[-1] if len(errs) > 1 else errs[0]
+    return f"{statistics.median(errs):6.2%} p90 {p90:7.2%} n={len(errs):<3}"
+
+
 def model_of(rec: dict[str, Any]) -> str | None:
     # Azure / Bedrock bodies carry no model: the deployment in the path, else what the response named.
     req = rec["request"]
@@ -66,6 +116,7 @@ def main(argv: list[str]) -> int:
         return 0
     counter = PromptCounter(load_model_table())
     errors: dict[str, list[float]] = defaultdict(list)
+    split: dict[tuple[str, bool], list[float]] = defaultdict(list)
     exact: dict[str, list[bool]] = defaultdict(list)
     skipped = 0
     worst: list[tuple[float, str, int, int]] = []
@@ -82,19 +133,28 @@ def main(argv: list[str]) -> int:
         except CachewardenError:
             skipped += 1
             continue
-        name = bucket(rec, prompt)
-        errors[name].append(abs(counted - reported) / reported)
-        exact[name].append(counted == reported)
+        err = abs(counted - reported) / reported
+        names = [bucket(rec, prompt)]
+        if rec["provider"] == "anthropic":
+            names.append(f"  {family(prompt.model)}")
+        for name in names:
+            errors[name].append(err)
+            exact[name].append(counted == reported)
+            split[(name, held_out(rec))].append(err)
         worst.append((abs(counted - reported) / reported, rec["source"], counted, reported))
-    counted_n = sum(len(v) for v in errors.values())
+    counted_n = sum(len(v) for k, v in errors.items() if not k.startswith(" "))
     print(f"recorded data: {path} ({counted_n} requests counted, {skipped} skipped)")
-    for name in sorted(errors):
-        errs = errors[name]
-        share = sum(exact[name]) / len(errs)
-        median = statistics.median(errs)
-        p90 = statistics.quantiles(errs, n=10)[-1] if len(errs) > 1 else errs[0]
-        n = len(errs)
-        print(f"  {name:<18} n={n:>4}  exact {share:6.1%}  median rel err {median:6.2%}  p90 {p90:6.2%}")
+    print(f"  {'':<18} {'':>6}  {'':>12}  {'all: median rel err':<32} in-sample {'':<21} held-out")
+    order = sorted((k for k in errors if not k.startswith(" ")), key=lambda k: (k != "anthropic", k))
+    for top in order:
+        subs = sorted(k for k in errors if k.startswith(" ")) if top == "anthropic" else []
+        for name in (top, *subs):
+            errs = errors[name]
+            share = sum(exact[name]) / len(errs)
+            print(
+                f"  {name:<18} n={len(errs):>4}  exact {share:6.1%}  {stats(errs)}  "
+                f"{stats(split[(name, False)])}  {stats(split[(name, True)])}"
+            )
     if detail:
         for err, source, counted, reported in sorted(worst, reverse=True)[:15]:
             print(f"    {err:7.2%} counted {counted:>6} reported {reported:>6}  {source}")

@@ -67,7 +67,7 @@ def segment_rows(prompt: Prompt, tokenized: TokenizedPrompt) -> list[tuple[str, 
     """(path, kind, provider tokens) per segment; the rows add up to the request's count.
 
     Each segment gets the difference of the rounded cumulative counts at its ends (so rounding never
-    drifts), and the reply priming that follows the last segment gets a row of its own.
+    drifts), and what belongs to no segment (reply priming, tokens added by parameters) gets a row of its own.
     """
 
     def at(position: int) -> int:
@@ -79,7 +79,7 @@ def segment_rows(prompt: Prompt, tokenized: TokenizedPrompt) -> list[tuple[str, 
     ]
     framed = tokenized.spans[-1][1] if tokenized.spans else 0
     if tokenized.count - at(framed):
-        rows.append(("(reply priming)", "framing", tokenized.count - at(framed)))
+        rows.append(("(framing)", "framing", tokenized.count - at(framed)))
     return rows
 
 

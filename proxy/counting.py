@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .models import ModelTable
-from .prompt import Prompt, Segment
+from .prompt import Prompt, Segment, digest_text
 from .tokenizers import Tokenizer, get_tokenizer
 
 # Pseudo-tokens for framing. Negative so they never equal a real token id; images use values below
@@ -40,6 +40,8 @@ class Framing:
     per_name: int = 1  # a chat message's author ``name`` (cookbook: tokens_per_name = 1)
     schema_once: int = 0  # once for a structured-output schema, beyond its rendered text
     system_once: int = 0  # once when there is top-level system text (Anthropic)
+    tools_forced: int | None = None  # instead of tools_once when tool_choice is any / tool (Anthropic)
+    thinking_once: int = 0  # once when extended / adaptive thinking is on (Anthropic)
     typescript_tools: bool = True  # OpenAI renders functions as a TypeScript namespace; Anthropic as JSON
     role_tokens: bool = True  # the role name is encoded in each message header (ChatML)
 
@@ -49,14 +51,45 @@ class Framing:
 #   (3 per message + role, +3 reply priming); recorded/README.md and our bench: exact for most
 #   plain-text chat requests.
 # - gpt-5*, o3, o4, gpt-4o-2024-11-20: report one token less (reply priming 2), recorded data;
-#   gpt-5* also counts 2 more per assistant message and ~83 more when tools are present (harmony
-#   system preamble), fitted on recorded data (bench/bench_counting.py).
+#   gpt-5* also counts 2 more per assistant message; with tools, Chat Completions counts ~83 more
+#   (harmony system preamble) but the Responses API does not (recorded: a one-tool Responses request
+#   reports the chat-default overhead; 60+ gpt-5 Responses requests were over by exactly 81).
 # - tools: rendered as the TypeScript `namespace functions` the models were trained on (as in the
 #   community reconstructions of the tool prompt); tools_once / per_tool_call / per_tool_result are
 #   residuals fitted on recorded chat requests with tools.
-# - anthropic: fitted on recorded Messages requests (self-contained, not suspect), o200k stream.
+# - structured outputs (json_schema): rendered as render_response_format below; schema_once 10 is the
+#   median residual over 181 recorded chat requests with a schema (bench/bench_counting.py).
+# - anthropic: fitted per family on recorded Messages requests (self-contained, not suspect, o200k
+#   stream), least absolute relative error on a training split (held-out by test: bench), provider
+#   units divided by the family ratio of rules/models.yaml. Families differ mostly in the tool-use
+#   system prompt Anthropic injects: Claude 4 / 3.7 (documented 346 auto, 313 any/tool) fit 287 / 263
+#   provider tokens + 35 per tool; Claude 4.5 and later 508 / 617 (+0 per tool); Claude 3.5 Haiku
+#   (documented 264 / 340) 278 / 407; Opus 4.7 / 4.8 (new tokenizer) 277 from 3 requests, the forced
+#   value and the rest borrowed from 4.5. Thinking on adds ~25-30, an output_format schema ~87 plus
+#   the schema as indented JSON, each tool_use / tool_result ~27, each message ~2 and the request ~4.
 # Rules are (provider, model prefix); the longest matching prefix wins, "" is the provider default.
-_CHAT = Framing(per_message=3, reply=3, tools_once=2, per_tool_call=7, per_tool_result=0, schema_once=8)
+_CHAT = Framing(per_message=3, reply=3, tools_once=2, per_tool_call=7, per_tool_result=0, schema_once=10)
+_ANTHROPIC = Framing(
+    per_message=2, reply=4, tools_once=438, tools_forced=532, per_tool=0, per_tool_call=23,
+    per_tool_result=23, per_name=0, system_once=0, thinking_once=21, schema_once=75, typescript_tools=False,
+    role_tokens=False,
+)  # fmt: skip
+# Claude 4 / 4.1 / 3.7 Sonnet (ratio 1.2).
+_CLAUDE_4 = replace(
+    _ANTHROPIC, per_message=1, reply=4, tools_once=239, tools_forced=219, per_tool=29, per_tool_call=23,
+    per_tool_result=23, thinking_once=25, schema_once=72,
+)  # fmt: skip
+# Claude 3.5 / 3 Haiku (ratio 1.1).
+_CLAUDE_35_HAIKU = replace(
+    _ANTHROPIC, per_message=2, reply=4, tools_once=253, tools_forced=370, per_tool=0, per_tool_call=24,
+    per_tool_result=24, thinking_once=0,
+)  # fmt: skip
+# Opus 4.7 / 4.8 and Opus 5 (the newer tokenizer, ratio 1.41); adaptive thinking adds nothing measurable
+# on these (13-18 reported for "What is 2+2?" with and without it).
+_CLAUDE_NEW_TOKENIZER = replace(
+    _ANTHROPIC, per_message=1, reply=3, tools_once=196, tools_forced=438, per_tool_call=19,
+    per_tool_result=19, thinking_once=0, schema_once=62,
+)  # fmt: skip
 FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", ""): _CHAT,
     ("openai-chat", "gpt-5"): replace(_CHAT, reply=2, assistant_extra=2, tools_once=83),
@@ -64,17 +97,24 @@ FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-chat", "gpt-4o-2024-11-20"): replace(_CHAT, reply=2),
     ("openai-responses", ""): _CHAT,
-    ("openai-responses", "gpt-5"): replace(_CHAT, reply=2, assistant_extra=2, tools_once=83),
+    ("openai-responses", "gpt-5"): replace(_CHAT, reply=2, assistant_extra=2),
     ("openai-responses", "o3"): replace(_CHAT, reply=2),
     ("openai-responses", "o4"): replace(_CHAT, reply=2),
-    # Least squares on 513 Anthropic requests (Claude 3.5 to 4.6, relative-error weighted), provider units
-    # divided by the 1.2 ratio: tools_once 383 -> 319 (the documented tool-use system prompt is 346),
-    # per tool 29 -> 24, per tool_use / tool_result 25 -> 21, per message 1.6 -> 1, constant 5.9 -> 5.
-    ("anthropic", ""): Framing(
-        per_message=1, reply=5, tools_once=319, per_tool=24, per_tool_call=21, per_tool_result=21,
-        per_name=0, system_once=0, typescript_tools=False, role_tokens=False,
-    ),
-}  # fmt: skip
+    # Claude 4.5 and later (Sonnet 4.5 / 4.6, Haiku 4.5, Opus 4.5 / 4.6, unknown newer models).
+    ("anthropic", ""): _ANTHROPIC,
+    ("anthropic", "claude-sonnet-4"): _CLAUDE_4,
+    ("anthropic", "claude-sonnet-4-5"): _ANTHROPIC,
+    ("anthropic", "claude-sonnet-4-6"): _ANTHROPIC,
+    ("anthropic", "claude-opus-4"): _CLAUDE_4,
+    ("anthropic", "claude-opus-4-5"): _ANTHROPIC,
+    ("anthropic", "claude-opus-4-6"): _ANTHROPIC,
+    ("anthropic", "claude-opus-4-7"): _CLAUDE_NEW_TOKENIZER,
+    ("anthropic", "claude-opus-4-8"): _CLAUDE_NEW_TOKENIZER,
+    ("anthropic", "claude-opus-5"): _CLAUDE_NEW_TOKENIZER,
+    ("anthropic", "claude-3-7-sonnet"): _CLAUDE_4,
+    ("anthropic", "claude-3-5-haiku"): _CLAUDE_35_HAIKU,
+    ("anthropic", "claude-3-haiku"): _CLAUDE_35_HAIKU,
+}
 
 
 def framing_for(provider: str, model: str) -> Framing:
@@ -93,6 +133,10 @@ class TokenizedPrompt:
     tokenizer: str
     ratio: float  # provider tokens per stream token (1.0 when exact)
     count: int  # input tokens the provider would report for the whole request
+    # Stream-unit tokens counted but not in ``tokens``: what request parameters add (Anthropic tool_choice,
+    # thinking, output schema). Parameters salt the messages, never the tools / system prefix, and the
+    # injected text is not positioned content, so it stays out of the stream the prefix index matches.
+    hidden: int = 0
 
 
 def provider_count(stream_tokens: int, ratio: float) -> int:
@@ -168,6 +212,69 @@ def render_function(fn: Mapping[str, Any]) -> str:
     if isinstance(params, Mapping) and isinstance(params.get("$defs"), Mapping):
         lines.extend(f"type {k} = {_ts_type(v, 0)};" for k, v in params["$defs"].items())
     return "\n".join(lines)
+
+
+# Structured outputs. OpenAI: the json_schema format as a "# Response Formats" section with the schema
+# as compact JSON minus the keywords that only annotate it (title, additionalProperties); of ~40
+# renderings tried (TypeScript, JSON with and without those keywords, escaped or not, with and without
+# the header) this one has the smallest spread over 181 recorded requests (median 0.6% of the prompt).
+# Anthropic (output_format / output_config.format): the schema as indented JSON plus schema_once; it
+# is not a segment (the adapter keeps it in params), so its tokens are TokenizedPrompt.hidden.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_SCHEMA_ANNOTATIONS = ("title", "additionalProperties")
+
+
+def _strip_annotations(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_strip_annotations(v) for v in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_ANNOTATIONS:
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[key] = {name: _strip_annotations(sub) for name, sub in value.items()}
+        else:
+            out[key] = _strip_annotations(value)
+    return out
+
+
+def render_response_format(text: str) -> str | None:
+    """A json_schema response format (chat ``response_format`` / Responses ``text.format``) as rendered."""
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        return None
+    holder = spec.get("json_schema", spec) if isinstance(spec, Mapping) else None
+    if not isinstance(holder, Mapping):
+        return None
+    head = f"# Response Formats\n\n## {holder.get('name') or ''}\n\n"
+    if holder.get("description"):
+        head += f"// {holder['description']}\n"
+    schema = _strip_annotations(holder.get("schema", {}))
+    return head + json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+
+
+def _tools_forced(framing: Framing) -> int:
+    return framing.tools_once if framing.tools_forced is None else framing.tools_forced
+
+
+def _param_obj(prompt: Prompt, name: str) -> Mapping[str, Any]:
+    raw = prompt.param(name)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def anthropic_output_schema(prompt: Prompt) -> str | None:
+    """The structured-output schema of an Anthropic request as indented JSON, if it has one."""
+    fmt = _param_obj(prompt, "output_format") or _param_obj(prompt, "output_config").get("format")
+    if not isinstance(fmt, Mapping) or not isinstance(fmt.get("schema"), Mapping):
+        return None
+    return json.dumps(fmt["schema"], ensure_ascii=False, indent=2)
 
 
 def _function_of(text: str) -> Mapping[str, Any] | None:
@@ -263,10 +370,33 @@ class PromptCounter:
             fn = _function_of(seg.text)
             if fn is not None:
                 return self._content(tok, "ts", seg, render_function(fn) + "\n\n")
+        if seg.kind == "schema" and framing.typescript_tools:
+            rendered = render_response_format(seg.text)
+            if rendered is not None:
+                return self._content(tok, "rf", seg, rendered)
         content = self._content(tok, "text", seg, seg.text)
         if seg.fixed_tokens:
             return content + tuple(image_tokens(seg.digest, seg.fixed_tokens))
         return content
+
+    def _request_extras(self, tok: Tokenizer, framing: Framing, prompt: Prompt) -> int:
+        """Tokens that come from request parameters rather than segments (Anthropic tool_choice, thinking,
+        output schema), in stream units; see TokenizedPrompt.hidden."""
+        if framing.typescript_tools:
+            return 0
+        extra = 0
+        if any(s.kind == "tool" for s in prompt.segments):
+            forced = _param_obj(prompt, "tool_choice").get("type") in ("any", "tool")
+            extra += (_tools_forced(framing) if forced else framing.tools_once) - min(
+                framing.tools_once, _tools_forced(framing)
+            )
+        if _param_obj(prompt, "thinking").get("type") in ("enabled", "adaptive"):
+            extra += framing.thinking_once
+        schema = anthropic_output_schema(prompt)
+        if schema is not None:
+            extra += framing.schema_once
+            extra += len(self._content_raw(tok, f"output-schema\x00{digest_text(schema)}", schema))
+        return extra
 
     def tokenize(self, prompt: Prompt) -> TokenizedPrompt:
         info = self.table.lookup(prompt.model, prompt.provider)
@@ -279,6 +409,9 @@ class PromptCounter:
         tool_idx = [i for i, s in enumerate(segs) if s.kind == "tool"]
         first_tool, last_tool = (tool_idx[0], tool_idx[-1]) if tool_idx else (-1, -1)
         seen_system = False
+        # The tool-use system prompt depends on tool_choice, but tool_choice does not invalidate the tools
+        # cache: the tools section carries the smaller of the two, _request_extras the difference.
+        tools_once = min(framing.tools_once, _tools_forced(framing))
         for i, seg in enumerate(segs):
             start = len(tokens)
             group = seg.message_index
@@ -286,7 +419,7 @@ class PromptCounter:
             closes = group is None or i == len(segs) - 1 or segs[i + 1].message_index != group
             if seg.kind == "tool":
                 if i == first_tool:
-                    tokens.extend([PAD] * framing.tools_once)
+                    tokens.extend([PAD] * tools_once)
                     if framing.typescript_tools:
                         tokens.extend(self._content_raw(tok, "tools-head", _TOOLS_HEAD))
                 tokens.extend([PAD] * framing.per_tool)
@@ -326,18 +459,18 @@ class PromptCounter:
                 tokens.extend(self._segment_content(tok, framing, seg))
                 if closes and framing.per_message >= 2:
                     tokens.append(END)
-            if i == len(segs) - 1:
-                # Reply priming belongs to no segment; put it in the last span so spans cover the stream.
-                tokens.extend(_reply(framing.reply))
             spans.append((start, len(tokens)))
-        if not segs:
-            tokens.extend(_reply(framing.reply))
+        # Reply priming belongs to no segment: it follows the last span, so a breakpoint on the last
+        # block of this request ends where the same block ends inside a longer, later request.
+        tokens.extend(_reply(framing.reply))
+        hidden = self._request_extras(tok, framing, prompt)
         return TokenizedPrompt(
             tokens=tokens,
             spans=tuple(spans),
             tokenizer=tok.name,
             ratio=ratio,
-            count=provider_count(len(tokens), ratio),
+            count=provider_count(len(tokens) + hidden, ratio),
+            hidden=hidden,
         )
 
 

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 from cachewarden.proxy import count_cmd
-from cachewarden.proxy.counting import PromptCounter, Tokenizer, framing_for, image_tokens
+from cachewarden.proxy.counting import (
+    PromptCounter,
+    Tokenizer,
+    framing_for,
+    image_tokens,
+    render_response_format,
+)
 from cachewarden.proxy.models import load_model_table
 from cachewarden.proxy.prompt import Prompt, Segment
 
@@ -57,7 +63,8 @@ def test_spans_cover_tokens_contiguously(counter: PromptCounter) -> None:
     t = counter.tokenize(prompt)
     assert len(t.spans) == len(prompt.segments)
     # Reply priming follows the last span and belongs to no segment.
-    assert t.spans[0][0] == 0 and len(t.tokens) - t.spans[-1][1] == 5
+    reply = framing_for("anthropic", "claude-sonnet-4-5").reply
+    assert t.spans[0][0] == 0 and len(t.tokens) - t.spans[-1][1] == reply
     for (_, end), (start, _) in zip(t.spans, t.spans[1:], strict=False):
         assert end == start
     assert all(end > start for start, end in t.spans)
@@ -68,7 +75,7 @@ def test_count_is_stream_length_times_ratio(counter: PromptCounter) -> None:
         "anthropic", "claude-sonnet-4-5", (Segment("messages[0].content", "message", "x " * 500, "user", 0),)
     )
     t = counter.tokenize(prompt)
-    assert t.ratio == 1.2 and t.count == round(len(t.tokens) * 1.2)
+    assert t.ratio == 1.16 and t.count == round(len(t.tokens) * 1.16)
     counter.set_ratio("claude-sonnet-4", 1.1)  # a family prefix, as online calibration sets it
     t2 = counter.tokenize(prompt)
     assert t2.ratio == 1.1 and t2.count == round(len(t2.tokens) * 1.1) and t2.tokens == t.tokens
@@ -191,3 +198,76 @@ def test_count_cmd_unknown_tokenizer(tmp_path: Path, capsys: pytest.CaptureFixtu
     finally:
         count_cmd.load_model_table = original  # type: ignore[assignment]
     assert "cachewarden count: error: hf:/nope" in capsys.readouterr().err
+
+
+def test_small_anthropic_request_matches_hand_computed_count(counter: PromptCounter) -> None:
+    # Claude 4.5 framing: message start + "Hi" (1 o200k token) + end, reply priming 4 -> 7 stream tokens;
+    # x 1.16 = 8.12 -> 8, as claude-haiku-4-5 reports for a one-token user message.
+    msg = Segment("messages[0].content", "message", "Hi", "user", 0)
+    t = counter.tokenize(Prompt("anthropic", "claude-sonnet-4-5", (msg,)))
+    assert len(t.tokens) == 7 and t.count == 8
+
+
+def anthropic_with_tool(params: tuple[tuple[str, str], ...], model: str = "claude-sonnet-4-5") -> Prompt:
+    tool = Segment("tools[0]", "tool", '{"name":"f","input_schema":{"type":"object"}}', name="f")
+    msg = Segment("messages[0].content", "message", "Hi", "user", 0)
+    return Prompt("anthropic", model, (tool, msg), params)
+
+
+def test_anthropic_parameters_add_their_framing(counter: PromptCounter) -> None:
+    plain = counter.tokenize(anthropic_with_tool(()))
+
+    def extra(*params: tuple[str, str]) -> int:
+        t = counter.tokenize(anthropic_with_tool(params))
+        # Parameters never change the stream (they salt the messages, not the tools / system prefix).
+        assert t.tokens == plain.tokens and t.count == round((len(t.tokens) + t.hidden) * 1.16)
+        return t.hidden - plain.hidden
+
+    # Claude 4.5: forced tool choice uses a longer tool-use system prompt (532 instead of 438 stream tokens).
+    assert extra(("tool_choice", '{"type":"any"}')) == 532 - 438
+    assert extra(("tool_choice", '{"type":"tool","name":"f"}')) == 532 - 438
+    assert extra(("tool_choice", '{"type":"auto"}')) == 0
+    assert extra(("thinking", '{"budget_tokens":1024,"type":"enabled"}')) == 21
+    assert extra(("thinking", '{"type":"disabled"}')) == 0
+    # Output schema: 75 + the schema as indented JSON ('{\n  "type": "object",\n  "properties": ...' = 30).
+    fmt = '{"schema":{"type":"object","properties":{"city":{"type":"string"}}},"type":"json_schema"}'
+    assert extra(("output_format", fmt)) == 75 + 30
+    assert extra(("output_config", '{"format":' + fmt + "}")) == 75 + 30
+    # Claude 4 (Sonnet 4.0): the forced prompt is the shorter one (219 instead of 239).
+    # The stream carries the smaller of the two, the difference is hidden.
+    auto = counter.tokenize(anthropic_with_tool((), "claude-sonnet-4-0"))
+    forced = counter.tokenize(anthropic_with_tool((("tool_choice", '{"type":"any"}'),), "claude-sonnet-4-0"))
+    assert auto.tokens == forced.tokens and (auto.hidden, forced.hidden) == (239 - 219, 0)
+
+
+def test_response_format_rendering_and_count(counter: PromptCounter) -> None:
+    spec = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "r",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "title": "R",
+                "properties": {"title": {"type": "string", "title": "Title"}},
+                "required": ["title"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    # The "title" / "additionalProperties" keywords go; a property named "title" stays.
+    assert render_response_format(json.dumps(spec)) == (
+        "# Response Formats\n\n## r\n\n"
+        '{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]}'
+    )
+    base = chat("gpt-4o", ("user", "Hi"))
+    with_schema = Prompt(
+        "openai-chat", "gpt-4o", (Segment("response_format", "schema", json.dumps(spec)), *base.segments)
+    )
+    # schema_once 10 + 26 o200k tokens of the rendering.
+    assert counter.tokenize(with_schema).count - counter.tokenize(base).count == 10 + 26
+
+
+def test_responses_gpt5_tools_have_no_harmony_preamble() -> None:
+    assert framing_for("openai-responses", "gpt-5-mini").tools_once == 2
+    assert framing_for("openai-chat", "gpt-5-mini").tools_once == 83
