@@ -9,8 +9,8 @@ from cachewarden.proxy.models import ModelInfo
 from .sources import Source
 from .tokens import count_tokens, model_info
 
-# Static text after a volatile value shorter than this costs too little to report ("the very end").
-VOLATILE_TAIL_TOKENS = 20
+# Static text after a volatile value shorter than this (a closing word or punctuation) is "the very end".
+VOLATILE_TAIL_TOKENS = 5
 LARGE_STATIC_BLOCK_TOKENS = 500
 LOW_SHARE = 0.4
 SHARE_MIN_STATIC_TOKENS = 128

@@ -339,6 +339,8 @@ class Proxy:
             if tracker is not None:
                 report = tracker.finish()
                 flow.usage, flow.usage_raw, flow.usage_state = report.usage, report.raw, report.state
+                if report.response_id is not None:
+                    flow.metadata["response_id"] = report.response_id
                 if flow.model is None and report.model:
                     flow.model = report.model
         flow.outcome = str(upstream.status_code)

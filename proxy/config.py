@@ -43,6 +43,8 @@ class NamedUpstream:
     name: str
     url: str
     tokenizer: str | None = None
+    # The cache profile of the model table that describes this engine (vllm, sglang, generic-engine).
+    cache: str = "vllm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +172,7 @@ def parse_upstreams(name: str, value: object) -> dict[str, NamedUpstream]:
             spec = {"url": spec}
         if not isinstance(spec, Mapping):
             _fail(where, spec, "expected {url: ..., tokenizer: ...}")
-        unknown = set(spec) - {"url", "tokenizer"}
+        unknown = set(spec) - {"url", "tokenizer", "cache"}
         if unknown:
             _fail(where, sorted(unknown), "unknown keys")
         tokenizer = spec.get("tokenizer")
@@ -178,6 +180,7 @@ def parse_upstreams(name: str, value: object) -> dict[str, NamedUpstream]:
             name=key,
             url=parse_url(f"{where}.url", spec.get("url")),
             tokenizer=None if tokenizer is None else parse_text(f"{where}.tokenizer", tokenizer),
+            cache=parse_text(f"{where}.cache", spec.get("cache", "vllm")),
         )
     return out
 

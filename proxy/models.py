@@ -114,6 +114,12 @@ class ModelTable:
             )
         return dict(entry)
 
+    def add(self, entry: Mapping[str, Any]) -> None:
+        """Match ``entry`` before the table's own entries of the same length (e.g. a named upstream)."""
+        self._entries.insert(0, self._check_entry(entry))
+        self._entries.sort(key=lambda e: -len(e["match"]))
+        self._cache.clear()
+
     def lookup(self, model: str, provider: str = "openai-chat") -> ModelInfo:
         key = (model, provider)
         hit = self._cache.get(key)

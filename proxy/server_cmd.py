@@ -15,11 +15,17 @@ from types import FrameType
 import uvicorn
 from starlette.applications import Starlette
 
+from .analyzer_engine import EngineAnalyzer
 from .app import Proxy, create_app
 from .config import Settings, load_settings
-from .errors import ConfigError
+from .engine import Engine
+from .errors import CachewardenError, ConfigError
 from .hooks import Analyzer, default_analyzers
+from .live_rules import LiveRules
 from .metrics import Metrics
+from .models import load_model_table
+from .pricing import PriceTable
+from .tokenizers import get_tokenizer
 
 
 class _DrainingServer(uvicorn.Server):
@@ -34,9 +40,24 @@ class _DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def build_analyzers(settings: Settings, metrics: Metrics) -> list[Analyzer]:
-    """The analyzers of a running proxy (the engine's analyzer is added here once it exists)."""
-    return default_analyzers(metrics)
+def build_engine(settings: Settings) -> Engine:
+    """The engine with the user's model table, prices and named upstreams' tokenizers."""
+    table = load_model_table(Path(settings.models) if settings.models else None)
+    for upstream in settings.upstreams.values():
+        # Requests through a named upstream are analysed as "NAME/model" (see EngineAnalyzer).
+        tokenizer = f"hf:{upstream.tokenizer}" if upstream.tokenizer else "o200k_base"
+        table.add({"match": f"{upstream.name}/", "tokenizer": tokenizer, "cache": upstream.cache})
+    prices = PriceTable.load(Path(settings.prices) if settings.prices else None)
+    # Load the default tokenizer now, not on the first request.
+    get_tokenizer("o200k_base")
+    return Engine(table=table, prices=prices)
+
+
+def build_analyzers(settings: Settings, metrics: Metrics, engine: Engine | None = None) -> list[Analyzer]:
+    """The analyzers of a running proxy: reported usage, the engine, and the opt-in capture."""
+    analyzers = default_analyzers(metrics)
+    analyzers.append(EngineAnalyzer(engine or build_engine(settings), metrics, LiveRules()))
+    return analyzers
 
 
 def _check_files(settings: Settings) -> None:
@@ -61,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(sys.argv[1:] if argv is None else argv)
         _check_files(settings)
         app = build(settings)
-    except ConfigError as exc:
+    except CachewardenError as exc:
         print(f"cachewarden proxy: error: {exc}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # --help

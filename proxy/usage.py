@@ -170,6 +170,8 @@ class UsageReport:
     model: str | None = None
     # Why the usage is missing or unparsed ("compressed", "too-large", "malformed", "no-usage", ...).
     detail: str | None = None
+    # The Responses API's response id: a later request's ``previous_response_id`` chains to it.
+    response_id: str | None = None
 
 
 def _load(data: bytes) -> Any:
@@ -212,6 +214,7 @@ class UsageTracker:
         self._sse_parser = SseParser(limit)
         self._raw: dict[str, Any] | None = None
         self._model: str | None = None
+        self._response_id: str | None = None
         self._seen_usage = False
 
     @property
@@ -281,6 +284,8 @@ class UsageTracker:
     def _take(self, obj: Mapping[str, Any]) -> None:
         if self._model is None and isinstance(obj.get("model"), str):
             self._model = obj["model"]
+        if self.provider == "openai-responses" and isinstance(obj.get("id"), str):
+            self._response_id = obj["id"]
         usage = obj.get("usage")
         if isinstance(usage, Mapping):
             self._raw = dict(usage)
@@ -297,9 +302,12 @@ class UsageTracker:
             if not isinstance(obj, Mapping):
                 return UsageReport("unparsed", detail="malformed")
             self._take(obj)
+        rid = self._response_id
         if self._raw is None:
-            return UsageReport("missing", model=self._model, detail="no-usage")
+            return UsageReport("missing", model=self._model, detail="no-usage", response_id=rid)
         usage = normalise(self.provider, self._raw)
         if usage is None:
-            return UsageReport("missing", raw=self._raw, model=self._model, detail="no-token-counts")
-        return UsageReport("reported", usage, self._raw, self._model)
+            return UsageReport(
+                "missing", raw=self._raw, model=self._model, detail="no-token-counts", response_id=rid
+            )
+        return UsageReport("reported", usage, self._raw, self._model, response_id=rid)

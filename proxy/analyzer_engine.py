@@ -1,0 +1,189 @@
+"""The engine in the proxy: predicts each request's cache use, explains its misses, compares with usage.
+
+``request`` runs in a worker thread once the body has gone upstream; ``response`` once the
+response ended. Both fail open (the hook dispatcher counts exceptions). State shared between
+requests (the engine, the Responses chain, the ratio calibration) is thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .adapters import load_body, parse_request
+from .attribution import Reason, attribute
+from .engine import Analysis, Engine
+from .hooks import Flow
+from .live_rules import LiveRules
+from .metrics import Metrics
+from .prompt import Prompt, Segment
+from .usage import Usage
+
+# Responses API: how many response ids the proxy remembers for ``previous_response_id`` chains.
+_CHAIN_ENTRIES = 10_000
+# Online calibration of estimated (Claude) token counts: weight of each new observation, and the
+# smallest request worth learning from (framing dominates tiny ones).
+_CALIBRATION_WEIGHT = 0.1
+_CALIBRATION_MIN_TOKENS = 200
+_RATIO_BOUNDS = (0.7, 2.5)
+
+
+@dataclass(frozen=True, slots=True)
+class _Chained:
+    """A Responses request as the provider holds it: its prompt and its output, for the next turn."""
+
+    prompt: Prompt
+    output_tokens: int
+
+
+class EngineAnalyzer:
+    """Predict, explain and measure every analysed request (see the module docstring)."""
+
+    def __init__(self, engine: Engine, metrics: Metrics, rules: LiveRules | None = None) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.rules = rules
+        self._chain: OrderedDict[tuple[str, str], _Chained] = OrderedDict()
+        self._ratios: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    # -- request ---------------------------------------------------------------------------------
+    def request(self, flow: Flow) -> None:
+        if not flow.analysed or flow.provider is None:
+            return
+        body: Any = flow.metadata.get("body")
+        if body is None:
+            body = load_body(flow.request_body)
+        prompt = self._chained(parse_request(body, provider=flow.provider), flow.tenant)
+        flow.model = flow.model or prompt.model
+        if flow.upstream not in ("openai", "anthropic"):
+            # A named OpenAI-compatible server: its own tokenizer and cache rules (see build_engine).
+            prompt = replace(prompt, model=f"{flow.upstream}/{prompt.model}", fingerprint="")
+        analysis = self.engine.analyse(prompt, tenant=flow.tenant, now=flow.timings.received_at)
+        reasons = attribute(analysis, self.engine.prices)
+        flow.metadata["analysis"] = analysis
+        flow.metadata["reasons"] = reasons
+        self._record_prediction(flow, analysis, reasons)
+        if self.rules is not None:
+            for code, reason in self.rules.findings(prompt, flow.request_body):
+                self.metrics.findings.labels(*self._labels(flow), code, reason).inc()
+
+    def _labels(self, flow: Flow) -> tuple[str, str]:
+        return self.metrics.labels(flow.provider, flow.model)
+
+    def _record_prediction(self, flow: Flow, analysis: Analysis, reasons: list[Reason]) -> None:
+        m, base, p = self.metrics, self._labels(flow), analysis.prediction
+        predicted = Usage(
+            input_total=analysis.tokenized.count,
+            cached=p.cached_tokens,
+            cache_write=p.cache_write_tokens,
+            cache_write_1h=p.cache_write_1h_tokens,
+            uncached=p.uncached_tokens,
+            output=0,
+        )
+        m.record_usage(flow.provider, flow.model, predicted, "predicted")
+        if analysis.cost is not None:
+            for kind, usd in (
+                ("cached", analysis.cost.cached_usd),
+                ("cache_write", analysis.cost.cache_write_usd),
+                ("uncached", analysis.cost.input_usd),
+            ):
+                m.cost_usd.labels(*base, "predicted", kind).inc(max(usd, 0.0))
+        if analysis.tokenized.count:
+            share = min(1.0, p.reusable_tokens / analysis.tokenized.count)
+            m.stable_prefix_share.labels(*base).observe(share)
+        for reason in reasons:
+            m.cache_miss_tokens.labels(*base, reason.code).inc(max(reason.tokens_lost, 0))
+            m.missed_savings_usd.labels(*base, reason.code).inc(max(reason.usd_lost, 0.0))
+        stats = self.engine.index.stats()
+        m.index_entries.labels(*base).set(stats.entries)
+        m.index_tokens.labels(*base).set(stats.tokens)
+
+    # -- response --------------------------------------------------------------------------------
+    def response(self, flow: Flow) -> None:
+        analysis: Analysis | None = flow.metadata.get("analysis")
+        if analysis is None:
+            return
+        response_id = flow.metadata.get("response_id")
+        if isinstance(response_id, str) and flow.usage is not None:
+            self._remember_chain(flow.tenant, response_id, analysis.prompt, flow.usage.output)
+        usage = flow.usage
+        if usage is None or flow.status is None or flow.status >= 400:
+            return
+        m, base, p = self.metrics, self._labels(flow), analysis.prediction
+        m.prediction_error_tokens.labels(*base).observe(usage.cached - p.cached_tokens)
+        if p.cached_tokens > 0 and usage.cached < p.cached_tokens:
+            # Predicted a hit the provider did not serve: routing, eviction, a cache we cannot see.
+            lost = p.cached_tokens - usage.cached
+            m.cache_miss_tokens.labels(*base, "unexplained").inc(lost)
+            missed = self.engine.prices.missed_savings(analysis.prompt.model, analysis.prompt.provider, lost)
+            m.missed_savings_usd.labels(*base, "unexplained").inc(max(missed, 0.0))
+        cost = self.engine.prices.cost(
+            analysis.prompt.model,
+            analysis.prompt.provider,
+            cached=usage.cached,
+            write_5m=usage.cache_write - usage.cache_write_1h,
+            write_1h=usage.cache_write_1h,
+            uncached=usage.uncached,
+            output=usage.output,
+        )
+        if cost is not None:
+            for kind, usd in (
+                ("cached", cost.cached_usd),
+                ("cache_write", cost.cache_write_usd),
+                ("uncached", cost.input_usd),
+                ("output", cost.output_usd),
+            ):
+                m.cost_usd.labels(*base, "reported", kind).inc(max(usd, 0.0))
+            if cost.savings_usd > 0:
+                m.savings_usd.labels(*base).inc(cost.savings_usd)
+        if not analysis.info.exact:
+            self._calibrate(analysis, usage)
+
+    def _calibrate(self, analysis: Analysis, usage: Usage) -> None:
+        """Learn the provider-tokens-per-stream-token ratio of an estimated tokenizer from usage."""
+        tp = analysis.tokenized
+        stream = len(tp.tokens) + getattr(tp, "hidden", 0)
+        if stream < _CALIBRATION_MIN_TOKENS or usage.input_total <= 0:
+            return
+        observed = usage.input_total / stream
+        if not _RATIO_BOUNDS[0] <= observed <= _RATIO_BOUNDS[1]:
+            return
+        model = analysis.prompt.model
+        with self._lock:
+            ratio = self._ratios.get(model, tp.ratio)
+            ratio += _CALIBRATION_WEIGHT * (observed - ratio)
+            self._ratios[model] = ratio
+        self.engine.counter.set_ratio(model, ratio)
+
+    # -- Responses API chains --------------------------------------------------------------------
+    def _remember_chain(self, tenant: str, response_id: str, prompt: Prompt, output_tokens: int) -> None:
+        with self._lock:
+            self._chain[(tenant, response_id)] = _Chained(prompt, output_tokens)
+            self._chain.move_to_end((tenant, response_id))
+            while len(self._chain) > _CHAIN_ENTRIES:
+                self._chain.popitem(last=False)
+
+    def _chained(self, prompt: Prompt, tenant: str) -> Prompt:
+        """With ``previous_response_id`` the provider prepends the stored conversation: so do we."""
+        rid = prompt.previous_response_id
+        if rid is None:
+            return prompt
+        with self._lock:
+            earlier = self._chain.get((tenant, rid))
+        if earlier is None:
+            return prompt
+        # The earlier output is not text we hold: one opaque segment of its size, the same in every
+        # later request of the chain, stands in for it.
+        output = Segment(
+            path=f"previous_response[{rid}].output",
+            kind="other",
+            text="",
+            role="assistant",
+            message_index=-1,
+            fixed_tokens=earlier.output_tokens,
+            digest=f"response:{rid}",
+        )
+        return replace(prompt, segments=(*earlier.prompt.segments, output, *prompt.segments))
