@@ -8,6 +8,7 @@ requests (the engine, the Responses chain, the ratio calibration) is thread-safe
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,11 +19,12 @@ from .engine import Analysis, Engine
 from .hooks import Flow
 from .live_rules import LiveRules
 from .metrics import Metrics
-from .prompt import Prompt, Segment
 from .usage import Usage
 
 # Responses API: how many response ids the proxy remembers for ``previous_response_id`` chains.
-_CHAIN_ENTRIES = 10_000
+_CHAIN_ENTRIES = 2_000
+# How long a chained request's analysis waits for the hook of the turn it chains to.
+_CHAIN_WAIT_SECONDS = 2.0
 # Online calibration of estimated (Claude) token counts: weight of each new observation, and the
 # smallest request worth learning from (framing dominates tiny ones).
 _CALIBRATION_WEIGHT = 0.1
@@ -32,10 +34,16 @@ _RATIO_BOUNDS = (0.7, 2.5)
 
 @dataclass(frozen=True, slots=True)
 class _Chained:
-    """A Responses request as the provider holds it: its prompt and its output, for the next turn."""
+    """A Responses request as the provider stores it: its whole input and its output items."""
 
-    prompt: Prompt
-    output_tokens: int
+    input_items: list[Any]
+    output_items: list[Any]
+
+
+def _input_items(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return list(value) if isinstance(value, list) else []
 
 
 class EngineAnalyzer:
@@ -48,6 +56,10 @@ class EngineAnalyzer:
         self._chain: OrderedDict[tuple[str, str], _Chained] = OrderedDict()
         self._ratios: dict[str, float] = {}
         self._lock = threading.Lock()
+        # Responses requests whose response hook has not run yet, per tenant: a chained request may
+        # arrive before the hook stored the turn it chains to (the client got the bytes first).
+        self._pending: dict[str, int] = {}
+        self._stored = threading.Condition(self._lock)
 
     # -- request ---------------------------------------------------------------------------------
     def request(self, flow: Flow) -> None:
@@ -56,7 +68,8 @@ class EngineAnalyzer:
         body: Any = flow.metadata.get("body")
         if body is None:
             body = load_body(flow.request_body)
-        prompt = self._chained(parse_request(body, provider=flow.provider), flow.tenant)
+        body = self._chained(body, flow)
+        prompt = parse_request(body, provider=flow.provider)
         flow.model = flow.model or prompt.model
         if flow.upstream not in ("openai", "anthropic"):
             # A named OpenAI-compatible server: its own tokenizer and cache rules (see build_engine).
@@ -103,12 +116,24 @@ class EngineAnalyzer:
 
     # -- response --------------------------------------------------------------------------------
     def response(self, flow: Flow) -> None:
+        try:
+            self._response(flow)
+        finally:
+            if flow.metadata.get("chained_input") is not None:
+                with self._stored:
+                    self._pending[flow.tenant] -= 1
+                    if not self._pending[flow.tenant]:
+                        del self._pending[flow.tenant]
+                    self._stored.notify_all()
+
+    def _response(self, flow: Flow) -> None:
         analysis: Analysis | None = flow.metadata.get("analysis")
         if analysis is None:
             return
-        response_id = flow.metadata.get("response_id")
-        if isinstance(response_id, str) and flow.usage is not None:
-            self._remember_chain(flow.tenant, response_id, analysis.prompt, flow.usage.output)
+        response_id, output = flow.metadata.get("response_id"), flow.metadata.get("response_output")
+        chained_input = flow.metadata.get("chained_input")
+        if isinstance(response_id, str) and isinstance(output, list) and isinstance(chained_input, list):
+            self._remember_chain(flow.tenant, response_id, _Chained(chained_input, output))
         usage = flow.usage
         if usage is None or flow.status is None or flow.status >= 400:
             return
@@ -159,31 +184,36 @@ class EngineAnalyzer:
         self.engine.counter.set_ratio(model, ratio)
 
     # -- Responses API chains --------------------------------------------------------------------
-    def _remember_chain(self, tenant: str, response_id: str, prompt: Prompt, output_tokens: int) -> None:
-        with self._lock:
-            self._chain[(tenant, response_id)] = _Chained(prompt, output_tokens)
+    def _remember_chain(self, tenant: str, response_id: str, chained: _Chained) -> None:
+        with self._stored:
+            self._chain[(tenant, response_id)] = chained
             self._chain.move_to_end((tenant, response_id))
             while len(self._chain) > _CHAIN_ENTRIES:
                 self._chain.popitem(last=False)
 
-    def _chained(self, prompt: Prompt, tenant: str) -> Prompt:
-        """With ``previous_response_id`` the provider prepends the stored conversation: so do we."""
-        rid = prompt.previous_response_id
-        if rid is None:
-            return prompt
-        with self._lock:
-            earlier = self._chain.get((tenant, rid))
+    def _chained(self, body: Any, flow: Flow) -> Any:
+        """With ``previous_response_id`` the provider puts the stored input and output in front of the
+        new input (instructions and tools stay the new request's own): so does the analysis."""
+        if flow.provider != "openai-responses" or not isinstance(body, dict):
+            return body
+        rid = body.get("previous_response_id")
+        earlier = None
+        with self._stored:
+            if isinstance(rid, str):
+                key = (flow.tenant, rid)
+                deadline = time.monotonic() + _CHAIN_WAIT_SECONDS
+                while key not in self._chain and self._pending.get(flow.tenant):
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self._stored.wait(left):
+                        break
+                earlier = self._chain.get(key)
+            self._pending[flow.tenant] = self._pending.get(flow.tenant, 0) + 1
+        history = [*earlier.input_items, *earlier.output_items] if earlier is not None else []
+        merged_input = [*history, *_input_items(body.get("input"))]
+        # Kept for the response hook: what the provider will hold for the next turn of the chain.
+        flow.metadata["chained_input"] = merged_input
         if earlier is None:
-            return prompt
-        # The earlier output is not text we hold: one opaque segment of its size, the same in every
-        # later request of the chain, stands in for it.
-        output = Segment(
-            path=f"previous_response[{rid}].output",
-            kind="other",
-            text="",
-            role="assistant",
-            message_index=-1,
-            fixed_tokens=earlier.output_tokens,
-            digest=f"response:{rid}",
-        )
-        return replace(prompt, segments=(*earlier.prompt.segments, output, *prompt.segments))
+            return body
+        merged = {k: v for k, v in body.items() if k != "previous_response_id"}
+        merged["input"] = merged_input
+        return merged

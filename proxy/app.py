@@ -341,6 +341,7 @@ class Proxy:
                 flow.usage, flow.usage_raw, flow.usage_state = report.usage, report.raw, report.state
                 if report.response_id is not None:
                     flow.metadata["response_id"] = report.response_id
+                    flow.metadata["response_output"] = report.output_items
                 if flow.model is None and report.model:
                     flow.model = report.model
         flow.outcome = str(upstream.status_code)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -170,8 +170,10 @@ class UsageReport:
     model: str | None = None
     # Why the usage is missing or unparsed ("compressed", "too-large", "malformed", "no-usage", ...).
     detail: str | None = None
-    # The Responses API's response id: a later request's ``previous_response_id`` chains to it.
+    # The Responses API's response id and output items: a later request's ``previous_response_id``
+    # makes the provider put them in front of its input.
     response_id: str | None = None
+    output_items: Sequence[Any] | None = None
 
 
 def _load(data: bytes) -> Any:
@@ -215,6 +217,7 @@ class UsageTracker:
         self._raw: dict[str, Any] | None = None
         self._model: str | None = None
         self._response_id: str | None = None
+        self._output_items: list[Any] | None = None
         self._seen_usage = False
 
     @property
@@ -286,6 +289,8 @@ class UsageTracker:
             self._model = obj["model"]
         if self.provider == "openai-responses" and isinstance(obj.get("id"), str):
             self._response_id = obj["id"]
+            if isinstance(obj.get("output"), list):
+                self._output_items = obj["output"]
         usage = obj.get("usage")
         if isinstance(usage, Mapping):
             self._raw = dict(usage)
@@ -302,12 +307,10 @@ class UsageTracker:
             if not isinstance(obj, Mapping):
                 return UsageReport("unparsed", detail="malformed")
             self._take(obj)
-        rid = self._response_id
+        chain: dict[str, Any] = {"response_id": self._response_id, "output_items": self._output_items}
         if self._raw is None:
-            return UsageReport("missing", model=self._model, detail="no-usage", response_id=rid)
+            return UsageReport("missing", model=self._model, detail="no-usage", **chain)
         usage = normalise(self.provider, self._raw)
         if usage is None:
-            return UsageReport(
-                "missing", raw=self._raw, model=self._model, detail="no-token-counts", response_id=rid
-            )
-        return UsageReport("reported", usage, self._raw, self._model, response_id=rid)
+            return UsageReport("missing", raw=self._raw, model=self._model, detail="no-token-counts", **chain)
+        return UsageReport("reported", usage, self._raw, self._model, **chain)
