@@ -17,6 +17,7 @@ earlier request a miss should be compared with, so attribution can say ``model-c
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import uuid
@@ -96,8 +97,10 @@ def salted_tokens(prompt: Prompt, tp: TokenizedPrompt) -> Sequence[int]:
         if not params or at >= len(tp.tokens):
             continue
         salted = salted if salted is not None else list(tp.tokens)
-        # Negative and large: cannot collide with a real token id.
-        salted[at] = -(hash((salted[at], params)) & _SALT_MASK) - (1 << 40)
+        # Negative and large: cannot collide with a real token id. blake2b, not hash(): Python salts
+        # string hashes per process, and replicas sharing an index must salt alike.
+        digest = hashlib.blake2b(repr((salted[at], params)).encode(), digest_size=8).digest()
+        salted[at] = -(int.from_bytes(digest, "big") & _SALT_MASK) - (1 << 40)
     return salted if salted is not None else tp.tokens
 
 
@@ -173,8 +176,8 @@ class Engine:
         previous = self.history(wide_match.entry_id, tenant)
 
         entry_id = uuid.uuid4().hex
-        self.index.insert(scope, stream, now=now, entry_id=entry_id)
-        self.wide_index.insert(wide, tp.tokens, now=now, entry_id=entry_id)
+        self.index.insert(scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
+        self.wide_index.insert(wide, tp.tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
         marks.record(prediction)
         self._remember(HistoryEntry(entry_id, tenant, prompt, tp, now))
 
@@ -242,7 +245,7 @@ class _MarkBook:
         for ttl_class, positions in by_class.items():
             if not positions:
                 continue
-            scope = self.classes[ttl_class][0]
+            scope, ttl = self.classes[ttl_class]
             if ttl_class == "1h":
-                self.index.insert(scope, self.stream, now=self.now)
-            self.index.mark(scope, self.stream, positions, now=self.now)
+                self.index.insert(scope, self.stream, now=self.now, ttl=ttl)
+            self.index.mark(scope, self.stream, positions, now=self.now, ttl=ttl)

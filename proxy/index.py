@@ -61,10 +61,24 @@ class PrefixIndex(Protocol):
     def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match: ...
 
     def insert(
-        self, scope: str, tokens: Sequence[int], *, now: float, entry_id: str | None = None
+        self,
+        scope: str,
+        tokens: Sequence[int],
+        *,
+        now: float,
+        entry_id: str | None = None,
+        ttl: float | None = None,
     ) -> str: ...
 
-    def mark(self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float) -> None: ...
+    def mark(
+        self,
+        scope: str,
+        tokens: Sequence[int],
+        positions: Iterable[int],
+        *,
+        now: float,
+        ttl: float | None = None,
+    ) -> None: ...
 
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
@@ -209,7 +223,15 @@ class MemoryIndex:
                 age_seconds=now - node.last_seen,
             )
 
-    def insert(self, scope: str, tokens: Sequence[int], *, now: float, entry_id: str | None = None) -> str:
+    def insert(
+        self,
+        scope: str,
+        tokens: Sequence[int],
+        *,
+        now: float,
+        entry_id: str | None = None,
+        ttl: float | None = None,  # for shared stores' own expiry; held prompts age by max_age here
+    ) -> str:
         toks = _as_seq(tokens)
         with self._lock:
             if not toks:
@@ -233,7 +255,15 @@ class MemoryIndex:
             self._trim(now)
             return eid
 
-    def mark(self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float) -> None:
+    def mark(
+        self,
+        scope: str,
+        tokens: Sequence[int],
+        positions: Iterable[int],
+        *,
+        now: float,
+        ttl: float | None = None,
+    ) -> None:
         toks = _as_seq(tokens)
         with self._lock:
             root = self._roots.get(scope)

@@ -1,0 +1,336 @@
+"""RedisIndex against a real redis-server: the brute-force reference of tests/test_index.py, edges,
+expiry, isolation, and what is (not) stored."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from cachewarden.proxy.index import MemoryIndex, PrefixIndex
+from cachewarden.proxy.index_factory import open_index
+from cachewarden.proxy.index_resilient import ResilientIndex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+redis = pytest.importorskip(
+    "redis", reason="the redis package is not installed (pip install 'cachewarden[redis]')"
+)
+from cachewarden.proxy.index_redis import RedisIndex  # noqa: E402
+
+
+def _reference_module() -> ModuleType:
+    """tests/test_index.py by path: one reference for both backends (tests/ is not a package)."""
+    path = Path(__file__).resolve().parents[1] / "test_index.py"
+    spec = importlib.util.spec_from_file_location("_cachewarden_index_reference", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+REF = _reference_module()
+NO_MATCH = (0, 0, None, 0, None)
+
+
+def _index(server: Any, **kw: Any) -> RedisIndex:
+    return RedisIndex(server.client(), **kw)
+
+
+def _agrees(index: PrefixIndex, ops: list[tuple[object, ...]]) -> None:
+    """The exact branch of tests/test_index.py's ``_run``, for any backend."""
+    ref = REF.Reference()
+    now = 0.0
+    inserted: dict[str, list[list[int]]] = {s: [] for s in REF.SCOPES}
+    for op in ops:
+        kind = op[0]
+        if kind == "advance":
+            now += float(op[1])  # type: ignore[arg-type]
+        elif kind == "insert":
+            scope, toks = op[1], op[2]
+            assert isinstance(scope, str) and isinstance(toks, list)
+            eid = index.insert(scope, toks, now=now)
+            ref.insert(scope, toks, now, eid)
+            if toks:
+                inserted[scope].append(toks)
+        elif kind == "lookup":
+            scope, toks, ttl = op[1], op[2], op[3]
+            assert isinstance(scope, str) and isinstance(toks, list) and isinstance(ttl, int)
+            got = index.lookup(scope, toks, now=now, ttl=ttl)
+            want = ref.lookup(scope, toks, now, ttl)
+            assert (got.common_prefix_tokens, got.held_prefix_tokens) == (want.live, want.held)
+            if want.held:
+                assert got.entry_id in want.entry_ids
+                assert got.entry_tokens == ref.lengths[got.entry_id]
+                assert got.age_seconds == want.age
+            else:
+                assert (got.entry_id, got.entry_tokens, got.age_seconds) == (None, 0, None)
+        elif kind == "mark":
+            scope, pick, positions = op[1], op[2], op[3]
+            assert isinstance(scope, str) and isinstance(pick, int) and isinstance(positions, list)
+            if inserted[scope]:
+                toks = inserted[scope][pick % len(inserted[scope])]
+                index.mark(scope, toks, positions, now=now)
+                ref.mark(scope, toks, positions, now)
+        elif kind == "marks":
+            scope, toks, ttl = op[1], op[2], op[3]
+            assert isinstance(scope, str) and isinstance(toks, list) and isinstance(ttl, int)
+            positions = list(range(len(toks) + 2))
+            assert index.marks(scope, toks, positions, now=now, ttl=ttl) == ref.marks(
+                scope, toks, positions, now, ttl
+            )
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=REF.workload_st, block_size=st.sampled_from([1, 2, 3, 4, 16]))
+def test_agrees_with_reference(redis_server: Any, ops: list[tuple[object, ...]], block_size: int) -> None:
+    with redis_server.client() as c:
+        c.flushall()
+    _agrees(_index(redis_server, block_size=block_size), ops)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=REF.workload_st, block_size=st.sampled_from([1, 4]))
+def test_resilient_wrapper_agrees_with_reference(
+    redis_server: Any, ops: list[tuple[object, ...]], block_size: int
+) -> None:
+    # Both halves hold every insert here, and the merge of two exact views must stay exact.
+    with redis_server.client() as c:
+        c.flushall()
+    index = ResilientIndex(_index(redis_server, block_size=block_size), MemoryIndex(block_size=block_size))
+    _agrees(index, ops)
+
+
+def test_exact_lcp_inside_a_partial_block(redis_url: str, redis_server: Any) -> None:
+    index = _index(redis_server, block_size=16)
+    stored = list(range(100, 120))
+    eid = index.insert("s", stored, now=0)
+    assert index.stats().tokens == 20  # one record a held prefix length
+    assert index.lookup("s", [*stored[:18], 7, 7], now=1, ttl=10).common_prefix_tokens == 18
+    assert index.lookup("s", stored[:17], now=1, ttl=10).common_prefix_tokens == 17
+    assert index.lookup("s", [*stored[:5], 7], now=1, ttl=10).common_prefix_tokens == 5
+    m = index.lookup("s", [*stored, 1, 2, 3], now=1, ttl=10)
+    assert (m.common_prefix_tokens, m.held_prefix_tokens, m.entry_id, m.entry_tokens, m.age_seconds) == (
+        20,
+        20,
+        eid,
+        20,
+        1.0,
+    )
+    assert _t(index.lookup("s", [9, *stored], now=1, ttl=10)) == NO_MATCH
+
+
+def _t(m: Any) -> tuple[Any, ...]:
+    return (m.common_prefix_tokens, m.held_prefix_tokens, m.entry_id, m.entry_tokens, m.age_seconds)
+
+
+def test_expired_is_told_from_cold(redis_url: str, redis_server: Any) -> None:
+    index = _index(redis_server, block_size=4)
+    toks = list(range(12))
+    eid = index.insert("s", toks, now=0)
+    assert _t(index.lookup("s", toks, now=400, ttl=300)) == (0, 12, eid, 12, 400.0)
+    eid2 = index.insert("s", [*toks[:6], 99], now=350)
+    m = index.lookup("s", toks, now=400, ttl=300)
+    assert (m.common_prefix_tokens, m.held_prefix_tokens, m.entry_id, m.age_seconds) == (6, 12, eid, 400.0)
+    m = index.lookup("s", toks[:6], now=400, ttl=300)
+    assert (m.common_prefix_tokens, m.held_prefix_tokens, m.entry_id, m.age_seconds) == (6, 6, eid2, 50.0)
+
+
+def test_two_tenants_never_see_each_other(redis_url: str, redis_server: Any) -> None:
+    # Two replicas (two clients), two tenants, the same prompt: nothing crosses the scope.
+    a, b = _index(redis_server, block_size=4), _index(redis_server, block_size=4)
+    toks = list(range(10))
+    a.insert("tenant-a\x1fopenai\x1fgpt-4.1\x1f", toks, now=0)
+    a.mark("tenant-a\x1fopenai\x1fgpt-4.1\x1f", toks, [4, 6], now=0)
+    assert _t(b.lookup("tenant-b\x1fopenai\x1fgpt-4.1\x1f", toks, now=1, ttl=0)) == NO_MATCH
+    assert b.marks("tenant-b\x1fopenai\x1fgpt-4.1\x1f", toks, [4, 6], now=1, ttl=0) == {}
+    assert b.lookup("tenant-a\x1fopenai\x1fgpt-4.1\x1f", toks, now=1, ttl=0).held_prefix_tokens == 10
+    b.insert("tenant-b\x1fopenai\x1fgpt-4.1\x1f", toks[:3], now=2)
+    assert a.lookup("tenant-b\x1fopenai\x1fgpt-4.1\x1f", toks, now=2, ttl=0).held_prefix_tokens == 3
+    assert a.lookup("tenant-a\x1fopenai\x1fgpt-4.1\x1f", toks, now=2, ttl=0).held_prefix_tokens == 10
+
+
+def test_replicas_with_another_secret_or_block_size_share_nothing(redis_url: str, redis_server: Any) -> None:
+    toks = list(range(40))
+    _index(redis_server, block_size=4, secret=b"k1").insert("s", toks, now=0)
+    assert (
+        _index(redis_server, block_size=4, secret=b"k1").lookup("s", toks, now=0, ttl=0).held_prefix_tokens
+        == 40
+    )
+    assert (
+        _index(redis_server, block_size=4, secret=b"k2").lookup("s", toks, now=0, ttl=0).held_prefix_tokens
+        == 0
+    )
+    assert (
+        _index(redis_server, block_size=8, secret=b"k1").lookup("s", toks, now=0, ttl=0).held_prefix_tokens
+        == 0
+    )
+    assert (
+        _index(redis_server, block_size=4, secret=b"k1", namespace="other")
+        .lookup("s", toks, now=0, ttl=0)
+        .held_prefix_tokens
+        == 0
+    )
+
+
+def test_marks_are_exact(redis_url: str, redis_server: Any) -> None:
+    index = _index(redis_server, block_size=4)
+    toks = list(range(20, 34))
+    index.insert("s", toks, now=0)
+    index.mark("s", toks, [6, 8], now=10)
+    assert index.marks("s", toks, range(15), now=12, ttl=5) == {6: 2.0, 8: 2.0}
+    assert index.marks("s", [*toks[:8], 0, 0], [6, 8], now=12, ttl=5) == {6: 2.0, 8: 2.0}
+    assert index.marks("s", [*toks[:7], 0, 0, 0], [6, 8], now=12, ttl=5) == {6: 2.0}
+    assert index.marks("s", [0, *toks[1:]], [6, 8], now=12, ttl=5) == {}
+    assert index.marks("s", toks, [6, 8], now=16, ttl=5) == {}
+    assert index.marks("s", toks, [6, 8], now=16, ttl=0) == {6: 6.0, 8: 6.0}
+    index.mark("s", toks, [6], now=20)
+    assert index.marks("s", toks, [6, 8], now=21, ttl=5) == {6: 1.0}
+    index.mark("s", toks, [6], now=15)  # a replica whose clock is behind cannot age a mark
+    assert index.marks("s", toks, [6], now=21, ttl=5) == {6: 1.0}
+
+
+def test_a_late_write_never_ages_a_prefix(redis_url: str, redis_server: Any) -> None:
+    index = _index(redis_server, block_size=4)
+    toks = list(range(10))
+    newer = index.insert("s", toks, now=100)
+    index.insert("s", toks, now=90)  # another replica, clock 10 s behind
+    m = index.lookup("s", toks, now=101, ttl=5)
+    assert (m.common_prefix_tokens, m.entry_id, m.age_seconds) == (10, newer, 1.0)
+
+
+def test_tokens_of_any_size(redis_url: str, redis_server: Any) -> None:
+    index = _index(redis_server, block_size=2)
+    toks = [-5, 2**40, 3, -(2**40), 0, -(2**63), 2**70, -(2**62) - 2**40]
+    index.insert("s", toks, now=0)
+    assert index.lookup("s", toks, now=0, ttl=0).held_prefix_tokens == len(toks)
+    assert index.lookup("s", [-5, 2**40, 3, 2**40], now=0, ttl=0).held_prefix_tokens == 3
+    assert index.lookup("s", [*toks[:6], 2**71], now=0, ttl=0).held_prefix_tokens == 6
+    assert index.lookup("s", (t for t in toks), now=0, ttl=0).held_prefix_tokens == len(toks)  # type: ignore[arg-type]
+
+
+def test_a_prompt_longer_than_one_script_call(redis_url: str, redis_server: Any) -> None:
+    # block_size 1: 5,000 blocks, so both the insert and the walk are split into several calls.
+    index = _index(redis_server, block_size=1)
+    toks = list(range(5000))
+    eid = index.insert("s", toks, now=0)
+    assert _t(index.lookup("s", [*toks, 1], now=1, ttl=10)) == (5000, 5000, eid, 5000, 1.0)
+    assert index.lookup("s", [*toks[:4500], -1], now=1, ttl=10).held_prefix_tokens == 4500
+    assert index.lookup("s", [*toks[:2048], -1], now=1, ttl=10).held_prefix_tokens == 2048
+
+
+def test_empty_prompts_and_clear(redis_url: str, redis_server: Any) -> None:
+    index = _index(redis_server)
+    assert _t(index.lookup("s", [], now=0, ttl=0)) == NO_MATCH
+    assert index.insert("s", [], now=0, entry_id="empty") == "empty"
+    index.insert("s", list(range(40)), now=0)
+    assert _t(index.lookup("s", [], now=0, ttl=0)) == NO_MATCH
+    with redis_server.client() as c:
+        c.set("not-ours", "1")
+        index.clear()
+        assert c.keys("*") == [b"not-ours"]  # clear keeps to its namespace
+    assert index.stats().tokens == 0
+    assert index.lookup("s", list(range(40)), now=0, ttl=0).held_prefix_tokens == 0
+
+
+def test_bad_arguments(redis_server: Any) -> None:
+    with pytest.raises(ValueError, match="block_size"):
+        _index(redis_server, block_size=0)
+    with pytest.raises(ValueError, match="namespace"):
+        _index(redis_server, namespace="a*b")
+
+
+def test_stores_hashes_timestamps_lengths_and_ids_only(redis_url: str, redis_server: Any) -> None:
+    index = _index(redis_server, block_size=4)
+    words = [1000 + i for i in range(23)]
+    index.insert("tenant-secret\x1fopenai\x1fgpt-4.1\x1f", words, now=12.5, entry_id="req-1")
+    index.mark("tenant-secret\x1fopenai\x1fgpt-4.1\x1f", words, [8, 13], now=12.5)
+    with redis_server.client() as c:
+        keys = c.keys("*")
+        assert keys and all(k.startswith((b"cachewarden:n:", b"cachewarden:m:")) for k in keys)
+        assert all(len(k) == len(b"cachewarden:n:") + 16 for k in keys)
+        for key in keys:
+            assert b"tenant-secret" not in key
+            for field, value in c.hgetall(key).items():
+                assert len(field) == 8
+                assert value in (b"12.5 23 req-1", b"12.5")
+
+
+def test_hashes_do_not_depend_on_the_process(redis_url: str, redis_server: Any) -> None:
+    # Replicas are separate processes with their own str-hash salt: the keys must not change.
+    code = (
+        "import redis, sys; from cachewarden.proxy.index_redis import RedisIndex;"
+        f"RedisIndex(redis.Redis(port={redis_server.port})).insert('s', list(range(50)), now=0, entry_id='x')"
+    )
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+    with redis_server.client() as c:
+        assert len(c.keys("*")) == 4  # 50 tokens, blocks of 16: the second process rewrote the same keys
+    assert _index(redis_server).lookup("s", list(range(50)), now=1, ttl=0).held_prefix_tokens == 50
+
+
+def test_redis_expiry_follows_the_ttl_and_is_refreshed(redis_url: str, redis_server: Any) -> None:
+    index = _index(redis_server, block_size=4, expired_window_seconds=0)
+    toks = list(range(10))
+    index.insert("s", toks, now=time.time(), ttl=0.3)
+    index.mark("s", toks, [5], now=time.time(), ttl=0.3)
+    with redis_server.client() as c:
+        keys = c.keys("*")
+        assert keys and all(0 < c.pttl(k) <= 300 for k in keys)
+        # A longer TTL class (OpenAI 24 h retention on the same scope) is never cut short.
+        index.insert("s", toks[:4], now=time.time(), ttl=60)
+        index.insert("s", toks[:4], now=time.time(), ttl=0.3)
+        assert c.pttl(keys[0]) > 1000 or any(c.pttl(k) > 1000 for k in keys)
+        time.sleep(0.2)
+        index.insert("s", toks, now=time.time(), ttl=0.3)  # a hit refreshes the whole path
+        time.sleep(0.2)
+        assert index.lookup("s", toks, now=time.time(), ttl=0.3).held_prefix_tokens == 10
+        time.sleep(0.4)
+        # Gone from Redis (garbage collection) except the 60 s block; correctness never needed it.
+        assert index.lookup("s", toks, now=time.time(), ttl=0).held_prefix_tokens == 4
+        assert index.marks("s", toks, [5], now=time.time(), ttl=0) == {}
+        assert all(c.pttl(k) > 1000 for k in c.keys("*"))
+
+
+def test_expiry_keeps_an_expired_window_and_caps_at_max_age(redis_url: str, redis_server: Any) -> None:
+    with redis_server.client() as c:
+        _index(redis_server, expired_window_seconds=3600).insert("a", [1, 2, 3], now=0, ttl=300)
+        _index(redis_server, max_age_seconds=600).insert("b", [1, 2, 3], now=0, ttl=300)
+        _index(redis_server, max_age_seconds=600).insert("c", [1, 2, 3], now=0)
+        pttls = sorted(c.pttl(k) for k in c.keys("*"))
+    assert 599_000 < pttls[0] <= 600_000 and 599_000 < pttls[1] <= 600_000  # capped by max_age
+    assert 3_899_000 < pttls[2] <= 3_900_000  # TTL + the window in which a miss is "expired"
+
+
+def test_hot_nodes_sweep_dead_children(redis_url: str, redis_server: Any) -> None:
+    # A shared system prompt (one node) with ever new conversations under it: the hash of the node
+    # must not grow without bound while the node stays hot.
+    index = _index(redis_server, block_size=4, sweep_fields=64, expired_window_seconds=0)
+    system = [7, 7, 7, 7]
+    for i in range(400):
+        index.insert("s", [*system, i, i + 1, i + 2, i + 3], now=float(i), ttl=10)
+    with redis_server.client() as c:
+        sizes = [c.hlen(k) for k in c.keys("cachewarden:n:*")]
+    assert max(sizes) <= 2 * 64 + 4 * 11 + 1
+    m = index.lookup("s", [*system, 399, 400, 401, 402], now=400, ttl=10)
+    assert (m.common_prefix_tokens, m.held_prefix_tokens) == (8, 8)
+    assert index.lookup("s", [*system, 3, 4, 5, 6], now=400, ttl=0).held_prefix_tokens == 4  # swept
+
+
+def test_open_index_urls(redis_server: Any) -> None:
+    assert isinstance(open_index(None), MemoryIndex)
+    assert isinstance(open_index("memory://", block_size=4), MemoryIndex)
+    shared = open_index(redis_server.url + "?namespace=t1&retry=0.5&socket_timeout=0.2", block_size=4)
+    assert isinstance(shared, ResilientIndex) and isinstance(shared.primary, RedisIndex)
+    with pytest.raises(ValueError, match="expected memory:// or redis://"):
+        open_index("http://localhost:6379")
+    with pytest.raises(ValueError, match="retry"):
+        open_index("redis://localhost:6379/0?retry=soon")
