@@ -60,6 +60,7 @@ from .hooks import (
     redact,
 )
 from .metrics import CONTENT_TYPE, Metrics, safe_model
+from .optimize import STRIP_USAGE_CHUNK, identity_encoding, stream_editor
 from .usage import Provider, UsageTracker
 
 logger = logging.getLogger("cachewarden.proxy")
@@ -242,16 +243,21 @@ class Proxy:
         except ClientGone:
             return
         flow.timings.received = time.perf_counter()
-        body = flow.request_body
+        headers = request_headers(list(scope["headers"]))
         if self.rewriter is not None and flow.analysed and self.settings.mode != "observe":
-            body = await anyio.to_thread.run_sync(call_rewriter, self.rewriter, flow, self.metrics)
+            # Analyzers see the body as forwarded (hooks.Analyzer.request).
+            flow.request_body = await anyio.to_thread.run_sync(
+                call_rewriter, self.rewriter, flow, self.metrics
+            )
+            if flow.metadata.get(STRIP_USAGE_CHUNK):
+                headers = identity_encoding(headers)  # the relay edits this stream: no compression
 
         sent, request_done = anyio.Event(), anyio.Event()
         request = build_request(
             method,
             upstream_url(target.base_url, target.raw_path, scope.get("query_string", b"")),
-            request_headers(list(scope["headers"])),
-            body,
+            headers,
+            flow.request_body,
             sent.set,
         )
         async with anyio.create_task_group() as analysis:
@@ -320,8 +326,11 @@ class Proxy:
             tracker = UsageTracker(
                 flow.provider, upstream.headers.get("content-type"), upstream.headers.get("content-encoding")
             )
+        editor = stream_editor(flow, upstream.status_code, upstream.headers)
         response = RelayResponse(
-            relay(upstream, flow, tracker), upstream.status_code, background=BackgroundTask(upstream.aclose)
+            relay(upstream, flow, tracker, editor),
+            upstream.status_code,
+            background=BackgroundTask(upstream.aclose),
         )
         # Assigned raw: a mapping would merge repeated headers such as Set-Cookie.
         response.raw_headers = response_headers(upstream.headers.raw)

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from .canonicalize import UNSAFE_TRANSFORMS
 from .errors import ConfigError
 
 Mode = Literal["observe", "canonicalize", "optimize"]
@@ -62,6 +63,10 @@ class Settings:
     upstream_timeout: float = 600.0
     connect_timeout: float = 10.0
     tenant_header: str | None = None
+    # Optimize mode: a header whose value (with the tenant) keys OpenAI's prompt_cache_key per session.
+    session_header: str | None = None
+    # Canonicalize / optimize mode: unsafe transforms the user opted into (safe ones always run).
+    unsafe_transforms: tuple[str, ...] = ()
     access_log: str | None = None
     capture: str | None = None
     models: str | None = None
@@ -160,6 +165,20 @@ def parse_positive_int(name: str, value: object) -> int:
     return number
 
 
+def parse_transforms(name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items: list[object] = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        _fail(name, value, "expected transform names separated by commas")
+    unknown = [v for v in items if v not in UNSAFE_TRANSFORMS]
+    if unknown:
+        _fail(name, value, f"unknown unsafe transform(s); expected some of {', '.join(UNSAFE_TRANSFORMS)}")
+    # Deduplicated, in the order the proxy applies them.
+    return tuple(t for t in UNSAFE_TRANSFORMS if t in items)
+
+
 def parse_upstreams(name: str, value: object) -> dict[str, NamedUpstream]:
     if not isinstance(value, Mapping):
         _fail(name, value, "expected a mapping NAME: {url: ..., tokenizer: ...}")
@@ -196,6 +215,8 @@ _PARSERS: dict[str, Callable[[str, object], object]] = {
     "upstream_timeout": parse_seconds,
     "connect_timeout": parse_seconds,
     "tenant_header": parse_header,
+    "session_header": parse_header,
+    "unsafe_transforms": parse_transforms,
     "access_log": parse_text,
     "capture": parse_text,
     "models": parse_text,
@@ -277,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--upstream-timeout", metavar="SECONDS", help="upstream read/write timeout (default 600)")
     add("--connect-timeout", metavar="SECONDS", help="upstream connect timeout (default 10)")
     add("--tenant-header", metavar="NAME", help="request header naming the tenant (default: key hash)")
+    add("--session-header", metavar="NAME", help="optimize: header naming the session (prompt_cache_key)")
+    add(
+        "--unsafe-transforms",
+        metavar="NAME,NAME",
+        help=f"canonicalize/optimize: also apply these unsafe transforms ({', '.join(UNSAFE_TRANSFORMS)})",
+    )
     add("--access-log", metavar="PATH", help="one JSON line per request to PATH, or - for stdout")
     add("--capture", metavar="FILE", help="append request bodies + usage as JSONL for `cachewarden replay`")
     add("--models", metavar="FILE", help="model table override (rules/models.yaml shape)")

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Literal
+from typing import Literal, Protocol
 
 import anyio
 import httpx
@@ -173,8 +173,21 @@ async def _replay(content: bytes) -> AsyncIterator[bytes]:
     yield content
 
 
-async def relay(resp: httpx.Response, flow: Flow, tracker: UsageTracker | None) -> AsyncIterator[bytes]:
-    """The upstream's raw (still compressed) body chunks, as they arrive, teed into the usage tracker."""
+class ChunkEditor(Protocol):
+    """Rewrites a response body on its way to the client (optimize mode only; see proxy/optimize.py)."""
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
+async def relay(
+    resp: httpx.Response, flow: Flow, tracker: UsageTracker | None, editor: ChunkEditor | None = None
+) -> AsyncIterator[bytes]:
+    """The upstream's raw (still compressed) body chunks, as they arrive, teed into the usage tracker.
+
+    The tracker reads the upstream's bytes; an ``editor`` changes only what the client receives.
+    """
     # A response built in memory (MockTransport, respx) arrives already read: relay its content.
     chunks = _replay(resp.content) if resp.is_stream_consumed else resp.aiter_raw()
     try:
@@ -183,7 +196,13 @@ async def relay(resp: httpx.Response, flow: Flow, tracker: UsageTracker | None) 
                 flow.timings.first_byte = time.perf_counter()
             if tracker is not None:
                 tracker.feed(chunk)
+            if editor is not None:
+                chunk = editor.feed(chunk)
+                if not chunk:
+                    continue  # an empty body message would still be sent: skip it
             yield chunk
+        if editor is not None and (rest := editor.flush()):
+            yield rest
     except httpx.HTTPError as exc:
         flow.error = f"upstream stream broke: {type(exc).__name__}"
         raise StreamBroken(flow.error) from exc

@@ -25,6 +25,7 @@ from .live_rules import LiveRules
 from .metrics import Metrics
 from .models import load_model_table
 from .pricing import PriceTable
+from .rewriter import build_rewriter
 from .tokenizers import get_tokenizer
 
 
@@ -72,7 +73,14 @@ def _check_files(settings: Settings) -> None:
 def build(settings: Settings) -> Starlette:
     metrics = Metrics(settings.max_model_labels)
     try:
-        return create_app(settings, analyzers=build_analyzers(settings, metrics), metrics=metrics)
+        # One engine: the optimize-mode rewriter counts tokens with the same table and memo as analysis.
+        engine = build_engine(settings)
+        return create_app(
+            settings,
+            analyzers=build_analyzers(settings, metrics, engine),
+            metrics=metrics,
+            rewriter=build_rewriter(settings, metrics, engine),
+        )
     except OSError as exc:  # --access-log / --capture opened at start-up
         raise ConfigError(f"cannot open {exc.filename}: {exc.strerror}") from exc
 
