@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from .analysis_queue import AnalysisQueue
 from .config import Settings
 from .forward import (
     Family,
@@ -180,6 +181,7 @@ class Proxy:
         self.rewriter = rewriter
         self.transport = transport
         self.router = Router(settings)
+        self.analysis = AnalysisQueue(settings.analysis_workers, settings.analysis_backlog)
         self.hash_key = KeyHasher(settings.key_salt)
         self.client: httpx.AsyncClient | None = None
         self.draining = False
@@ -195,6 +197,7 @@ class Proxy:
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.client = make_client(self.settings, self.transport)
+        self.analysis = AnalysisQueue(self.settings.analysis_workers, self.settings.analysis_backlog)
         self.draining = False
         try:
             yield
@@ -202,6 +205,8 @@ class Proxy:
             self.draining = True
             client, self.client = self.client, None
             await client.aclose()
+            # Queued analysis writes metrics and the capture file: let it finish before the sinks close.
+            await anyio.to_thread.run_sync(self.analysis.shutdown)
             for sink in (self.access_log, self.capture):
                 if sink is not None:
                     sink.close()
@@ -375,7 +380,8 @@ class Proxy:
     async def _request_stage(self, flow: Flow, sent: anyio.Event, done: anyio.Event) -> None:
         try:
             await sent.wait()
-            await anyio.to_thread.run_sync(self._run_request_hooks, flow)
+            if not await self.analysis.run(self._run_request_hooks, flow, droppable=True):
+                self.metrics.analysis_dropped.labels(*self.metrics.labels(flow.provider, flow.model)).inc()
         finally:
             done.set()
 
@@ -387,7 +393,7 @@ class Proxy:
         """Counts the request, then runs the response hooks and the access log off the event loop."""
         with anyio.CancelScope(shield=True):
             self._count(flow)
-            await anyio.to_thread.run_sync(self._after_response, flow)
+            await self.analysis.run(self._after_response, flow, droppable=False)
 
     def _count(self, flow: Flow) -> None:
         m, t = self.metrics, flow.timings

@@ -19,7 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("cachewarden.linter.cli", "find cache busters in prompt templates and request files"),
     "rules": ("cachewarden.linter.rules_cmd", "list the lint rules or show one rule's documentation"),
     "proxy": ("cachewarden.proxy.server_cmd", "run the reverse proxy for the OpenAI and Anthropic APIs"),
-    "emulate": ("cachewarden.proxy.emulator.cli", "run a local OpenAI / Anthropic emulator with a prefix cache"),
+    "emulate": (
+        "cachewarden.proxy.emulator.cli",
+        "run a local OpenAI / Anthropic API with a prefix cache",
+    ),
     "demo": ("cachewarden.proxy.demo", "run emulator + proxy + an agent workload and print the report"),
 }
 

@@ -78,6 +78,14 @@ class Settings:
     max_model_labels: int = 64
     graceful_timeout: float = 30.0
     log_level: str = "info"
+    # The prefix index: in memory (default) or shared by several replicas (redis://host:6379/0).
+    index: str = "memory://"
+    # Keys the hashes a shared index stores: the same on every replica.
+    index_secret: str | None = None
+    # Analysis runs on its own threads, beside the forwarding; beyond this backlog of requests
+    # waiting for analysis, new ones are forwarded unanalysed (counted) rather than queued.
+    analysis_workers: int = 2
+    analysis_backlog: int = 256
 
 
 # -- value parsers: raw (str from flag/env, any from file) -> typed, or ConfigError -------------------
@@ -204,6 +212,13 @@ def parse_upstreams(name: str, value: object) -> dict[str, NamedUpstream]:
     return out
 
 
+def parse_index_url(name: str, value: object) -> str:
+    text = parse_text(name, value)
+    if not text.startswith(("memory://", "redis://", "rediss://", "unix://")):
+        _fail(name, value, "expected memory:// or redis://HOST:PORT/DB")
+    return text
+
+
 _PARSERS: dict[str, Callable[[str, object], object]] = {
     "host": parse_text,
     "port": parse_port,
@@ -225,6 +240,10 @@ _PARSERS: dict[str, Callable[[str, object], object]] = {
     "max_model_labels": parse_positive_int,
     "graceful_timeout": parse_seconds,
     "log_level": parse_text,
+    "index": parse_index_url,
+    "index_secret": parse_text,
+    "analysis_workers": parse_positive_int,
+    "analysis_backlog": parse_positive_int,
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"
 
@@ -312,6 +331,18 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-model-labels", metavar="N", help="distinct model label values before 'other' (default 64)")
     add("--graceful-timeout", metavar="SECONDS", help="time streams in flight get on shutdown (default 30)")
     add("--log-level", metavar="LEVEL", help="uvicorn log level (default info)")
+    add("--index", metavar="URL", help="prefix index: memory:// (default) or redis://HOST:PORT/DB (shared)")
+    add(
+        "--index-secret",
+        metavar="TEXT",
+        help="key of the hashes a shared index stores (same on every replica)",
+    )
+    add("--analysis-workers", metavar="N", help="threads that analyse requests (default 2)")
+    add(
+        "--analysis-backlog",
+        metavar="N",
+        help="requests waiting for analysis before new ones skip it (default 256)",
+    )
     return p
 
 

@@ -131,6 +131,15 @@ class Metrics:
             ("provider", "kind"),
             registry=self.registry,
         )
+        self.analysis_dropped = counter(
+            "analysis_dropped", "Requests forwarded unanalysed because the analysis backlog was full."
+        )
+        self.index_backend_errors = Counter(
+            PREFIX + "index_backend_errors",
+            "Failed calls to a shared prefix index (Redis); the local index answered instead.",
+            ("stage",),
+            registry=self.registry,
+        )
         self.usage_reports = Counter(
             PREFIX + "usage_reports",
             "Responses by whether their usage could be read.",

@@ -1,0 +1,84 @@
+"""The analysis queue: a few threads, a bounded backlog, dropped work counted, never the client's loss."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+from cachewarden.proxy.analysis_queue import AnalysisQueue
+from cachewarden.proxy.app import create_app
+from cachewarden.proxy.config import Settings
+from cachewarden.proxy.hooks import Flow
+from cachewarden.proxy.metrics import Metrics
+
+
+def test_backlog_drops_droppable_work_only() -> None:
+    release = threading.Event()
+    ran: list[int] = []
+
+    def slow(n: int) -> None:
+        release.wait(5)
+        ran.append(n)
+
+    async def main() -> list[bool]:
+        queue = AnalysisQueue(workers=1, backlog=2)
+        first = asyncio.ensure_future(queue.run(slow, 1, droppable=True))
+        second = asyncio.ensure_future(queue.run(slow, 2, droppable=True))
+        await asyncio.sleep(0.05)
+        assert queue.pending == 2
+        dropped = await queue.run(slow, 3, droppable=True)
+        kept = asyncio.ensure_future(queue.run(slow, 4, droppable=False))
+        release.set()
+        results = [await first, await second, dropped, await kept]
+        queue.shutdown()
+        assert queue.pending == 0
+        return results
+
+    assert asyncio.run(main()) == [True, True, False, True]
+    assert sorted(ran) == [1, 2, 4]
+
+
+class _Blocking:
+    """An analyzer whose request hook blocks until released: the backlog fills up."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.seen = 0
+
+    def request(self, flow: Flow) -> None:
+        self.release.wait(10)
+        self.seen += 1
+
+    def response(self, flow: Flow) -> None:
+        return None
+
+
+def test_full_backlog_forwards_unanalysed_and_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"id": "x", "choices": [], "usage": {"prompt_tokens": 1}})
+
+    metrics = Metrics()
+    blocking = _Blocking()
+    settings = Settings(openai_upstream="http://upstream.test", analysis_workers=1, analysis_backlog=1)
+    app = create_app(settings, analyzers=[blocking], metrics=metrics, transport=httpx.MockTransport(upstream))
+    body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}
+
+    async def main() -> list[int]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+                calls = [client.post("/v1/chat/completions", json=body) for _ in range(4)]
+                tasks = [asyncio.ensure_future(c) for c in calls]
+                await asyncio.sleep(0.3)
+                blocking.release.set()
+                return [(await t).status_code for t in tasks]
+
+    assert asyncio.run(main()) == [200, 200, 200, 200]
+    exposition = metrics.exposition().decode()
+    dropped = [
+        line for line in exposition.splitlines() if line.startswith("cachewarden_analysis_dropped_total{")
+    ]
+    assert dropped and sum(float(line.rsplit(" ", 1)[1]) for line in dropped) >= 2
+    assert blocking.seen <= 2
