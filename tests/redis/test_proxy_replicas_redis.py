@@ -34,8 +34,8 @@ def _replica(url: str) -> tuple[Starlette, Metrics]:
 
 def _predicted_cached(metrics: Metrics) -> float:
     text = metrics.exposition().decode()
-    # Labels come in declaration order: provider, model, source, kind.
-    pattern = r'cachewarden_input_tokens_total\{[^}]*source="predicted",kind="cached"\} (\S+)'
+    # The exposition sorts label names: kind, model, provider, source.
+    pattern = r'cachewarden_input_tokens_total\{kind="cached",[^}]*source="predicted"\} (\S+)'
     return sum(float(v) for v in re.findall(pattern, text))
 
 
