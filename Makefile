@@ -15,8 +15,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/cachewarden count proxy/examples/agent-turn.json
-	$(BIN)/cachewarden count proxy/examples/anthropic-turn.json --format json
+	$(BIN)/cachewarden demo
 
 # mypy cannot follow setuptools' package-dir mapping, so it checks a tree of symlinks that
 # mirrors the installed layout (cachewarden/proxy -> proxy, ...).

@@ -69,6 +69,7 @@ class EngineAnalyzer:
         if body is None:
             body = load_body(flow.request_body)
         body = self._chained(body, flow)
+        flow.metadata["provider_body"] = body
         prompt = parse_request(body, provider=flow.provider)
         flow.model = flow.model or prompt.model
         if flow.upstream not in ("openai", "anthropic"):

@@ -61,8 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if missing.startswith("cachewarden"):
             print(f"cachewarden: error: '{name}' is not available in this version", file=sys.stderr)
         else:
+            extra = "demo" if missing.split(".")[0] in ("openai", "anthropic") else "proxy"
             print(
-                f"cachewarden: error: '{name}' needs {missing!r}: pip install 'cachewarden[proxy]'",
+                f"cachewarden: error: '{name}' needs {missing!r}: pip install 'cachewarden[{extra}]'",
                 file=sys.stderr,
             )
         return 2

@@ -214,7 +214,9 @@ class Capture:
         return None
 
     def response(self, flow: Flow) -> None:
-        body = flow.metadata.get("body")
+        # The body as the provider sees it: a Responses request that chains to an earlier one is
+        # written with the stored conversation in front (the engine analyzer puts it here).
+        body = flow.metadata.get("provider_body") or flow.metadata.get("body")
         if body is None:
             try:
                 body = json.loads(flow.request_body)
