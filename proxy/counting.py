@@ -367,10 +367,17 @@ class PromptCounter:
         if seg.kind in ("image", "document") and seg.fixed_tokens and not seg.text:
             return tuple(image_tokens(seg.digest, seg.fixed_tokens))
         if seg.kind == "tool" and framing.typescript_tools:
+            # The memo first: a rendering is stored only for a segment that has one, under its digest.
+            hit = self.memo.get((tok.name, "ts", seg.digest))
+            if hit is not None:
+                return hit
             fn = _function_of(seg.text)
             if fn is not None:
                 return self._content(tok, "ts", seg, render_function(fn) + "\n\n")
         if seg.kind == "schema" and framing.typescript_tools:
+            hit = self.memo.get((tok.name, "rf", seg.digest))
+            if hit is not None:
+                return hit
             rendered = render_response_format(seg.text)
             if rendered is not None:
                 return self._content(tok, "rf", seg, rendered)
@@ -465,7 +472,8 @@ class PromptCounter:
         tokens.extend(_reply(framing.reply))
         hidden = self._request_extras(tok, framing, prompt)
         return TokenizedPrompt(
-            tokens=tokens,
+            # A tuple: the prefix index shares its work on an immutable stream between calls.
+            tokens=tuple(tokens),
             spans=tuple(spans),
             tokenizer=tok.name,
             ratio=ratio,

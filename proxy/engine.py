@@ -165,19 +165,22 @@ class Engine:
             rules = replace(rules, ttl_seconds=_EXTENDED_RETENTION_SECONDS)
         tp = self.counter.tokenize(prompt)
         scope = self.scope(tenant, prompt)
-        stream = salted_tokens(prompt, tp)
+        # Tuples: a MemoryIndex shares its walk of an immutable sequence between the calls below.
+        tokens = _frozen(tp.tokens)
+        salted = salted_tokens(prompt, tp)
+        stream = tokens if salted is tp.tokens else _frozen(salted)
 
         match = self.index.lookup(scope, stream, now=now, ttl=rules.ttl_seconds)
         marks = _MarkBook(self.index, scope, stream, now, rules.ttl_seconds, rules.max_ttl_seconds)
         prediction = predict(prompt, tp, rules, match, marks.lookup)
 
         wide = self.wide_scope(tenant, prompt)
-        wide_match = self.wide_index.lookup(wide, tp.tokens, now=now, ttl=0)
+        wide_match = self.wide_index.lookup(wide, tokens, now=now, ttl=0)
         previous = self.history(wide_match.entry_id, tenant)
 
         entry_id = uuid.uuid4().hex
         self.index.insert(scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
-        self.wide_index.insert(wide, tp.tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
+        self.wide_index.insert(wide, tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
         marks.record(prediction)
         self._remember(HistoryEntry(entry_id, tenant, prompt, tp, now))
 
@@ -208,6 +211,10 @@ class Engine:
         """Effective breakpoints of a prompt (stream positions, ttl) — for reports and the linter."""
         info = self.table.lookup(prompt.model, prompt.provider)
         return breakpoint_positions(prompt, self.counter.tokenize(prompt), info.cache)
+
+
+def _frozen(tokens: Sequence[int]) -> tuple[int, ...]:
+    return tokens if isinstance(tokens, tuple) else tuple(tokens)
 
 
 class _MarkBook:

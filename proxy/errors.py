@@ -1,9 +1,9 @@
 """The one exception hierarchy of cachewarden; translated to exit codes / HTTP statuses at the edges.
 
-    CachewardenError
-    ├── RequestError         a request body that cannot be read (bad JSON / UTF-8, wrong types, too deep)
-    ├── ConfigError          a bad configuration or data file (model table, pricing, rules)
-    └── TokenizerError       a tokenizer that cannot be loaded offline
+CachewardenError
+├── RequestError         a request body that cannot be read (bad JSON / UTF-8, wrong types, too deep)
+├── ConfigError          a bad configuration or data file (model table, pricing, rules)
+└── TokenizerError       a tokenizer that cannot be loaded offline
 """
 
 from __future__ import annotations

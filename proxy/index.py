@@ -1,16 +1,17 @@
 """The prefix index: longest common token prefix between a new prompt and recent prompts of its scope.
 
 Layout (like vLLM's prefix cache): a prompt's tokens are cut into blocks of ``block_size``; each
-block is a node keyed by ``hash((parent key, block tokens))``, and the chain starts at a root whose
-key derives from the scope. Identical prefixes therefore share their nodes (memory is paid once),
+block is a node keyed by ``hash((root key, hash of the blocks up to it))``; the root's key derives
+from the scope. Identical prefixes therefore share their nodes (memory is paid once),
 and scopes never share a node: every match is also checked by parent identity and token equality,
 so neither a hash collision nor a crafted prompt can leak one scope's prefix into another's.
 
 A lookup walks the new prompt's full blocks through one dict (cost ~ prompt length, not number of
-stored prompts), then extends into the next block token by token against the children of the
-deepest matched node. Those children sit in a small burst trie (``_Fan``) keyed by the token at
-each depth, so a node with many children (many tails diverging mid-block after a shared system
-prompt) still costs a few dict probes, not a scan.
+stored prompts; a tuple's walk is shared by the calls on it and the next prompt of the scope starts
+from the blocks it shares with the previous one, see ``_Query``), then extends into the next
+block token by token against the children of the deepest matched node. Those children sit in a
+small burst trie (``_Fan``) keyed by the token at each depth, so a node with many children (many
+tails diverging mid-block after a shared system prompt) still costs a few dict probes, not a scan.
 
 Time is always passed in (``now``); nothing reads the clock, so tests are deterministic.
 """
@@ -20,18 +21,27 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import struct
 import threading
 from array import array
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from itertools import repeat
+from operator import attrgetter
+from typing import Protocol, cast
 
 __all__ = ["IndexStats", "Match", "MemoryIndex", "PrefixIndex"]
 
 # A fan (group of children sharing their first ``depth`` tokens) splits by the next token once it
 # holds more children than this: short lists scan faster than dicts, long ones must not be scanned.
 _FAN_OUT = 8
+# Token tuples whose per-sequence work (_Query) is kept for the next call: one request looks its
+# stream up, inserts it and marks it in two indexes, and a few requests run at once.
+_QUERY_CACHE = 16
+# Scopes whose latest prompt a MemoryIndex keeps for the next prompt of the scope to start from.
+_LAST_SCOPES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +158,146 @@ def _threshold(now: float, ttl: float) -> float:
     return -math.inf if ttl <= 0 else now - ttl
 
 
+_PARENT = attrgetter("parent")
+_TOKENS = attrgetter("tokens")
+_ITEMSIZE = attrgetter("itemsize")
+
+
+def _neg_last_seen(node: _Node) -> float:
+    return -node.last_seen
+
+
+_generations = itertools.count(1)
+
+
+class _Query:
+    """The work on one token sequence that every walk of it shares, whatever the index or scope.
+
+    Blocks are the full blocks, then the partial last one if any. ``chain()[i]`` hashes blocks
+    ``0..i`` (a node's key is ``hash((root key, chain[i]))``, so the chain is computed once for all
+    scopes and indexes). ``paths`` remembers, per (index generation, scope), held nodes of the first
+    full blocks: the lookup, insert and marks of one request walk once. ``adopt`` takes the chain,
+    keys and paths of the blocks shared with an earlier sequence (the previous request of the
+    conversation), so that a request costs its new blocks, not its whole length.
+    """
+
+    __slots__ = ("_adopted", "_chain", "_complete", "_keys", "bs", "full", "paths", "toks")
+
+    def __init__(self, toks: Sequence[int], bs: int) -> None:
+        self.toks = toks
+        self.bs = bs
+        self.full = len(toks) // bs
+        self._chain: list[int] = []
+        self._complete = False
+        self._adopted = False
+        self._keys: dict[int, list[int]] = {}
+        self.paths: dict[tuple[int, str], list[_Node]] = {}
+
+    def block(self, i: int) -> tuple[int, ...]:
+        """The tokens of block ``i`` (the last one may be partial)."""
+        return tuple(self.toks[i * self.bs : (i + 1) * self.bs])
+
+    def chain(self) -> list[int]:
+        if not self._complete:
+            toks, bs, full = self.toks, self.bs, self.full
+            chain = list(self._chain)
+            append = chain.append
+            c = chain[-1] if chain else 0
+            # Block tuples are not kept: many small objects for the garbage collector.
+            for block in zip(*[iter(toks[len(chain) * bs : full * bs])] * bs, strict=False):
+                c = hash((c, block))
+                append(c)
+            if len(toks) % bs:
+                append(hash((c, tuple(toks[full * bs :]))))
+            self._chain, self._complete = chain, True
+        return self._chain
+
+    def keys(self, root_key: int) -> list[int]:
+        chain = self.chain()
+        keys = self._keys.get(root_key, [])
+        if len(keys) < len(chain):
+            keys = self._keys[root_key] = keys + list(
+                map(hash, zip(repeat(root_key), chain[len(keys) :], strict=False))
+            )
+        return keys
+
+    def adopt(self, earlier: _Query) -> None:
+        """Take over what ``earlier`` computed for the full blocks both sequences start with (once)."""
+        if self._adopted or earlier is self or earlier.bs != self.bs:
+            return
+        self._adopted = True
+        shared = _common_blocks(self.toks, earlier.toks, self.bs, min(self.full, earlier.full))
+        if not shared:
+            return
+        if not self._complete and len(self._chain) < shared <= len(earlier._chain):
+            self._chain = earlier._chain[:shared]
+        for root_key, keys in earlier._keys.items():
+            if len(self._keys.get(root_key, ())) < shared <= len(keys):
+                self._keys[root_key] = keys[:shared]
+        for pkey, path in earlier.paths.items():
+            if len(self.paths.get(pkey, ())) < min(shared, len(path)):
+                self.paths[pkey] = path[:shared]
+
+
+def _common_blocks(a: Sequence[int], b: Sequence[int], bs: int, limit: int) -> int:
+    """How many full blocks (at most ``limit``) ``a`` and ``b`` start with (C-speed slice compares)."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo * bs : mid * bs] == b[lo * bs : mid * bs]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _packed(q: _Query, start: int, n: int) -> tuple[bytes, list[int], Sequence[int]]:
+    """Full blocks ``start .. start+n`` of the query packed as ``_pack`` packs them: the bytes, the item
+    size of each block and the byte offset where each starts (plus the end)."""
+    bs = q.bs
+    try:
+        data = struct.pack(f"{n * bs}i", *q.toks[start * bs : (start + n) * bs])
+        return data, [4] * n, range(0, 4 * bs * n + 1, 4 * bs)
+    except struct.error:
+        # Some token beyond 32 bits (images, salts): block by block, as _pack does.
+        parts: list[bytes] = []
+        sizes: list[int] = []
+        for i in range(start, start + n):
+            try:
+                packed = _pack(q.block(i))
+            except OverflowError:  # beyond 64 bits: never equal to a held block (see _verified)
+                parts.append(b"")
+                sizes.append(0)
+                continue
+            parts.append(packed.tobytes())
+            sizes.append(packed.itemsize)
+        return b"".join(parts), sizes, [0, *itertools.accumulate(len(p) for p in parts)]
+
+
+_queries: OrderedDict[tuple[int, int], _Query] = OrderedDict()
+_queries_lock = threading.Lock()
+
+
+def _query(toks: Sequence[int], bs: int) -> _Query:
+    """The shared work on ``toks``; kept for the next call only for tuples, which cannot change."""
+    if type(toks) is not tuple:
+        return _Query(toks, bs)
+    key = (id(toks), bs)
+    with _queries_lock:
+        q = _queries.get(key)
+        if q is not None and q.toks is toks:
+            _queries.move_to_end(key)
+            return q
+    q = _Query(toks, bs)
+    with _queries_lock:
+        # The entry holds the tuple, so its id cannot be reused while the entry lives.
+        _queries[key] = q
+        _queries.move_to_end(key)
+        while len(_queries) > _QUERY_CACHE:
+            _queries.popitem(last=False)
+    return q
+
+
 class MemoryIndex:
     """In-process ``PrefixIndex``, bounded by tokens held (LRU), entries and age. Thread-safe."""
 
@@ -169,12 +319,15 @@ class MemoryIndex:
         self._max_marks = 4 * max(self._max_entries, 1)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._gen = 0
         self.clear()
 
     # -- public API ---------------------------------------------------------------------------------
 
     def clear(self) -> None:
         with self._lock:
+            # Walks remembered by _Query.paths are per generation: a cleared index starts a new one.
+            self._gen = next(_generations)
             self._roots: dict[str, _Node] = {}
             self._root_scope: dict[_Node, str] = {}  # to drop a root that has nothing left
             # key -> node, in LRU order (front = least recently touched). A path is touched leaf-first,
@@ -183,6 +336,8 @@ class MemoryIndex:
             self._entries: OrderedDict[str, _Entry] = OrderedDict()
             self._marks: OrderedDict[tuple[_Node, tuple[int, ...]], None] = OrderedDict()
             self._tokens = 0
+            # scope -> the _Query of its latest insert (see _Query.adopt), for the most recent scopes.
+            self._last: OrderedDict[str, _Query] = OrderedDict()
 
     def stats(self) -> IndexStats:
         with self._lock:
@@ -196,12 +351,12 @@ class MemoryIndex:
                 return NO_MATCH
             bs = self._bs
             t = _threshold(now, ttl)
-            path = self._walk(root, toks, len(toks) // bs)
+            path = self._held(scope, root, _query(toks, bs), len(toks) // bs)
             held_node = path[-1] if path else root
-            live_depth = 0
             # last_seen never grows with depth (an insert refreshes its whole path): live nodes are a prefix.
-            while live_depth < len(path) and path[live_depth].last_seen >= t:
-                live_depth += 1
+            live_depth = len(path)
+            if path and path[-1].last_seen < t:
+                live_depth = bisect_right(path, -t, key=_neg_last_seen)
             live_node = path[live_depth - 1] if live_depth else root
 
             start = len(path) * bs
@@ -240,19 +395,39 @@ class MemoryIndex:
             if root is None:
                 root = self._roots[scope] = _Node(_scope_key(scope), None, array("i"), now)
                 self._root_scope[root] = scope
-            path = self._build(root, toks, now)
+            q = _query(toks, self._bs)
+            path = self._build(scope, root, q, now)
             entry = self._entry_for(path[-1], len(toks), entry_id, now) if path else None
             eid = entry.id if entry else (entry_id if entry_id is not None else self._new_id())
             # Leaf first, so that each parent lands after its children in the LRU order.
+            move = self._nodes.move_to_end
             for node in reversed(path):
                 if now >= node.last_seen:
                     node.last_seen = now
                     node.entry = entry
                 elif node.entry is None:
                     node.entry = entry
-                _bump_newest(node)
-                self._nodes.move_to_end(node.key)
+                parent = node.parent
+                assert parent is not None and parent.kids is not None  # held nodes have a parent
+                kids = parent.kids
+                if kids.split is None:
+                    # _bump_newest for an unsplit fan (the common case), inline.
+                    newest = kids.newest
+                    if newest is None or node.last_seen >= newest.last_seen:
+                        kids.newest = node
+                else:
+                    _bump_newest(node)
+                move(node.key)
             self._trim(now)
+            # The full blocks, for the marks of this prompt (checked for evictions when reused), and for
+            # the next prompt of the scope to adopt (tuples only: a list may change in between).
+            q.paths[(self._gen, scope)] = path[: q.full]
+            if type(toks) is tuple:
+                last = self._last
+                last[scope] = q
+                last.move_to_end(scope)
+                while len(last) > _LAST_SCOPES:
+                    last.popitem(last=False)
             return eid
 
     def mark(
@@ -273,7 +448,7 @@ class MemoryIndex:
             if not wanted:
                 return
             bs = self._bs
-            path = self._walk(root, toks, wanted[-1] // bs)
+            path = self._held(scope, root, _query(toks, bs), wanted[-1] // bs)
             for p in wanted:
                 full = p // bs
                 # A mark lives on the node of its full blocks: if they are not held, there is nothing to mark.
@@ -299,7 +474,7 @@ class MemoryIndex:
                 return {}
             bs = self._bs
             t = _threshold(now, ttl)
-            path = self._walk(root, toks, wanted[-1] // bs)
+            path = self._held(scope, root, _query(toks, bs), wanted[-1] // bs)
             found: dict[int, float] = {}
             for p in wanted:
                 full = p // bs
@@ -316,36 +491,79 @@ class MemoryIndex:
     def _new_id(self) -> str:
         return f"e{next(self._ids)}"
 
-    def _walk(self, root: _Node, toks: Sequence[int], blocks: int) -> list[_Node]:
-        """Nodes of the first ``blocks`` full blocks of ``toks`` that are held, stopping at the first miss."""
-        bs, nodes, cur = self._bs, self._nodes, root
-        path: list[_Node] = []
-        for i in range(0, blocks * bs, bs):
-            block = tuple(toks[i : i + bs])
-            node = nodes.get(hash((cur.key, block)))
-            if node is None or node.parent is not cur or node.tokens != _pack(block):
-                break
-            path.append(node)
-            cur = node
+    def _held(self, scope: str, root: _Node, q: _Query, blocks: int) -> list[_Node]:
+        """Nodes of the first ``blocks`` full blocks of the query that are held, stopping at the first miss.
+
+        Starts from the nodes an earlier walk of the same tuple found (those still held: evicting a
+        node evicts its subtree, so they are a prefix) and looks the rest up by key all at once.
+        """
+        pkey = (self._gen, scope)
+        if pkey not in q.paths:
+            earlier = self._last.get(scope)
+            if earlier is not None:
+                q.adopt(earlier)
+        path = q.paths.get(pkey) or []
+        if path and path[-1].parent is None:
+            lo, hi = 0, len(path)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if path[mid].parent is None:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            path = path[:lo]
+        start = len(path)
+        if start >= blocks:
+            return path[:blocks]
+        looked = list(map(self._nodes.get, q.keys(root.key)[start:blocks]))
+        # Up to the first miss, every key was found.
+        found = cast(list[_Node], looked[: looked.index(None)] if None in looked else looked)
+        if found:
+            good = self._verified(q, start, path[-1] if path else root, found)
+            path = path + found[:good]
+        q.paths[pkey] = path
         return path
 
-    def _build(self, root: _Node, toks: Sequence[int], now: float) -> list[_Node]:
-        """Nodes of every block of ``toks`` (the last one may be partial), created where missing."""
-        bs, nodes, cur = self._bs, self._nodes, root
-        path: list[_Node] = []
-        for i in range(0, len(toks), bs):
-            block = tuple(toks[i : i + bs])
-            packed = _pack(block)
-            key = hash((cur.key, block))
+    def _verified(self, q: _Query, start: int, parent: _Node, found: list[_Node]) -> int:
+        """How many of ``found`` (nodes looked up by key for blocks ``start``...) chain from ``parent``
+        and hold exactly the query's tokens: a key proves nothing by itself (collisions, crafted prompts)."""
+        n = len(found)
+        parents = list(map(_PARENT, found))
+        if parents[0] is not parent or parents[1:] != found[:-1]:
+            n = next(i for i, (p, c) in enumerate(zip(parents, [parent, *found], strict=False)) if p is not c)
+            found = found[:n]
+        if not n:
+            return 0
+        data, sizes, _ = _packed(q, start, n)
+        held = list(map(_TOKENS, found))
+        # Same item size block by block and the same bytes overall: every node holds a full block (no
+        # node holds more than one) equal to the query's. Otherwise compare block by block.
+        if list(map(_ITEMSIZE, held)) == sizes and b"".join(map(array.tobytes, held)) == data:
+            return n
+        for i, tokens in enumerate(held):
+            if tokens != _pack(q.block(start + i)):
+                return i
+        return n
+
+    def _build(self, scope: str, root: _Node, q: _Query, now: float) -> list[_Node]:
+        """Nodes of every block of the query (the last one may be partial), created where missing."""
+        path = self._held(scope, root, q, q.full)
+        cur = path[-1] if path else root
+        path = list(path)
+        nodes, keys = self._nodes, q.keys(root.key)
+        for i in range(len(path), len(keys)):
+            block = q.block(i)
+            key = keys[i]
             node = nodes.get(key)
             if node is None:
+                packed = _pack(block)
                 node = _Node(key, cur, packed, now)
                 nodes[key] = node
                 self._tokens += len(packed)
                 if cur.kids is None:
                     cur.kids = _Fan(0)
                 _fan_add(cur.kids, node)
-            elif node.parent is not cur or node.tokens != packed:
+            elif node.parent is not cur or node.tokens != _pack(block):
                 # A 64-bit key collision: keep the prefix stored so far rather than share a wrong node.
                 break
             path.append(node)

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 from cachewarden.proxy.adapters import detect_provider, load_body, parse_request
+from cachewarden.proxy.adapters._body import CheckedBody, check_depth, json_depth_ok
 from cachewarden.proxy.errors import RequestError
 from cachewarden.proxy.prompt import PROVIDERS, CacheControl, Prompt
 from hypothesis import HealthCheck, given, settings
@@ -692,3 +693,52 @@ def test_recorded_bodies_parse() -> None:
                 failures.append(f"{record['source']}: {exc}")
     assert count > 0
     assert failures == []
+
+
+# --------------------------------------------------------------------------- depth check on the text
+
+_json_keys = st.text(alphabet='k"\\[{', max_size=3)
+_json_values = st.recursive(
+    st.none() | st.integers(-(2**63), 2**63 - 1) | st.text(alphabet='ab[]{}"\\\u00e9\n', max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_json_keys, inner, max_size=3),
+    max_leaves=40,
+)
+
+
+def _depth(value: Any, level: int = 1) -> int:
+    if isinstance(value, dict):
+        return max([level, *(_depth(v, level + 1) for v in value.values())])
+    if isinstance(value, list):
+        return max([level, *(_depth(v, level + 1) for v in value)])
+    return level - 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json_values, indent=st.booleans())
+def test_depth_from_the_text_is_exact(value: Any, indent: bool) -> None:
+    depth = _depth(value)
+    for text in (orjson.dumps(value), json.dumps(value, indent=1 if indent else None).encode()):
+        for limit in (max(depth - 1, 0), depth, depth + 1):
+            assert json_depth_ok(text, limit) == (depth <= limit)
+            try:
+                check_depth(value, limit)
+                walked = True
+            except RequestError:
+                walked = False
+            assert walked == (depth <= limit)
+
+
+def test_depth_past_the_first_passes() -> None:
+    for depth in (7, 8, 9, 40, 256, 257):
+        text = b'{"a":' + b"[" * (depth - 1) + b'"x"' + b"]" * (depth - 1) + b"}"
+        assert json_depth_ok(text, 256) == (depth <= 256)
+        assert json_depth_ok(text, depth) and not json_depth_ok(text, depth - 1)
+
+
+def test_load_body_marks_a_checked_body_only_when_checked_as_strictly() -> None:
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}'
+    assert type(load_body(body)) is CheckedBody
+    assert type(load_body(body, max_depth=1000)) is dict
+    deep = b'{"model": "m", "messages": ' + b"[" * 300 + b"]" * 300 + b"}"
+    with pytest.raises(RequestError, match="nested deeper than 256"):
+        parse_request(load_body(deep, max_depth=1000), "openai-chat")

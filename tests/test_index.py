@@ -113,14 +113,14 @@ def _run(
 ) -> None:
     ref = Reference()
     now = 0.0
-    inserted: dict[str, list[list[int]]] = {s: [] for s in SCOPES}
+    inserted: dict[str, list[Sequence[int]]] = {s: [] for s in SCOPES}
     for op in ops:
         kind = op[0]
         if kind == "advance":
             now += float(op[1])  # type: ignore[arg-type]
         elif kind == "insert":
             scope, toks = op[1], op[2]
-            assert isinstance(scope, str) and isinstance(toks, list)
+            assert isinstance(scope, str) and isinstance(toks, list | tuple)
             eid = index.insert(scope, toks, now=now)
             ref.insert(scope, toks, now, eid)
             if toks:
@@ -130,7 +130,7 @@ def _run(
                 assert stats.tokens <= caps[0] and stats.entries <= caps[1]
         elif kind == "lookup":
             scope, toks, ttl = op[1], op[2], op[3]
-            assert isinstance(scope, str) and isinstance(toks, list) and isinstance(ttl, int)
+            assert isinstance(scope, str) and isinstance(toks, list | tuple) and isinstance(ttl, int)
             got = index.lookup(scope, toks, now=now, ttl=ttl)
             want = ref.lookup(scope, toks, now, ttl)
             assert got.common_prefix_tokens <= got.held_prefix_tokens
@@ -155,7 +155,7 @@ def _run(
                 ref.mark(scope, toks, positions, now)
         elif kind == "marks":
             scope, toks, ttl = op[1], op[2], op[3]
-            assert isinstance(scope, str) and isinstance(toks, list) and isinstance(ttl, int)
+            assert isinstance(scope, str) and isinstance(toks, list | tuple) and isinstance(ttl, int)
             positions = list(range(len(toks) + 2))
             got_marks = index.marks(scope, toks, positions, now=now, ttl=ttl)
             want_marks = ref.marks(scope, toks, positions, now, ttl)
@@ -171,6 +171,78 @@ def _run(
 def test_agrees_with_reference(ops: list[tuple[object, ...]], block_size: int, fan: int) -> None:
     with fan_out(fan):
         _run(MemoryIndex(block_size=block_size), ops, exact=True)
+
+
+def _as_tuples(ops: list[tuple[object, ...]], repeat: bool) -> list[tuple[object, ...]]:
+    """The workload with tuple prompts (the index reuses its work on a tuple between calls); with
+    ``repeat`` every lookup's tuple is looked up again by the same object after an insert of it."""
+    out: list[tuple[object, ...]] = []
+    for op in ops:
+        if op[0] in ("insert", "lookup", "marks"):
+            toks = tuple(op[2])  # type: ignore[arg-type]
+            out.append((*op[:2], toks, *op[3:]))
+            if repeat and op[0] == "lookup":
+                out.append(("insert", op[1], toks))
+                out.append(("marks", op[1], toks, op[3]))
+        else:
+            out.append(op)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=workload_st,
+    block_size=st.sampled_from([1, 2, 3, 4, 16]),
+    fan=st.sampled_from([1, 2, 8]),
+    repeat=st.booleans(),
+)
+def test_agrees_with_reference_on_tuples(
+    ops: list[tuple[object, ...]], block_size: int, fan: int, repeat: bool
+) -> None:
+    with fan_out(fan):
+        _run(MemoryIndex(block_size=block_size), _as_tuples(ops, repeat), exact=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=workload_st,
+    block_size=st.sampled_from([1, 2, 4]),
+    max_tokens=st.integers(0, 30),
+    max_entries=st.integers(1, 6),
+    max_age=st.sampled_from([5.0, 40.0, 1e9]),
+    repeat=st.booleans(),
+)
+def test_bounded_index_never_overclaims_on_tuples(
+    ops: list[tuple[object, ...]],
+    block_size: int,
+    max_tokens: int,
+    max_entries: int,
+    max_age: float,
+    repeat: bool,
+) -> None:
+    # Evictions between the calls on one tuple: remembered walks must notice them.
+    index = MemoryIndex(
+        block_size=block_size, max_tokens=max_tokens, max_entries=max_entries, max_age_seconds=max_age
+    )
+    _run(index, _as_tuples(ops, repeat), exact=False, caps=(max_tokens, max_entries))
+
+
+def test_a_conversation_of_tuples_reuses_the_previous_walk() -> None:
+    # Each prompt extends the previous one (the agent case): adopted walks must give exact answers.
+    index = MemoryIndex(block_size=4)
+    prompt: tuple[int, ...] = tuple(range(30))
+    for turn in range(12):
+        longer = (*prompt[:-2], *range(100 * turn, 100 * turn + 9))
+        m = index.lookup("s", longer, now=float(turn), ttl=0)
+        assert m.held_prefix_tokens == (len(prompt) - 2 if turn else 0)
+        index.insert("s", longer, now=float(turn))
+        index.mark("s", longer, [8, len(longer)], now=float(turn))
+        assert index.marks("s", longer, [8, len(longer)], now=float(turn), ttl=0) == {
+            8: 0.0,
+            len(longer): 0.0,
+        }
+        prompt = longer
+    index._assert_consistent()
 
 
 @settings(max_examples=150, deadline=None)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import RequestError
 from ..prompt import Prompt, Provider
-from ._body import DEFAULT_MAX_DEPTH, check_depth, load_body
+from ._body import DEFAULT_MAX_DEPTH, CheckedBody, check_depth, load_body
 from .anthropic import parse_anthropic
 from .openai_chat import parse_chat
 from .openai_responses import parse_responses
@@ -132,7 +132,10 @@ def parse_request(
     ``model`` is only a fallback for bodies that carry none (Azure deployments and Bedrock put the
     model in the URL); a body's own ``model`` always wins.
     """
-    if isinstance(body, Mapping):
+    data: Mapping[str, Any]
+    if type(body) is CheckedBody:
+        data = body  # load_body checked it
+    elif isinstance(body, Mapping):
         # Bodies built in Python skip load_body: give them the same depth guard.
         check_depth(body, DEFAULT_MAX_DEPTH)
         data = body

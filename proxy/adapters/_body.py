@@ -7,7 +7,10 @@ RequestError naming where the problem is, never as a KeyError / TypeError / Recu
 from __future__ import annotations
 
 import json
+import re
+from array import array
 from collections.abc import Mapping
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -22,6 +25,27 @@ DEFAULT_MAX_DEPTH = 256
 
 # Keys that mark cache breakpoints: metadata, never prompt content (they must not enter text or digest).
 META_KEYS = frozenset({"cache_control", "prompt_cache_breakpoint"})
+
+
+class CheckedBody(dict[str, Any]):
+    """A body ``load_body`` parsed and depth-checked: ``parse_request`` does not check it again."""
+
+    __slots__ = ()
+
+
+# Depth from the JSON text (C-speed passes instead of a walk over every container): escapes out,
+# everything but quotes and brackets out, strings out, then each pass drops the empty pairs.
+_ESCAPES = re.compile(rb"\\.", re.DOTALL)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+_STRINGS = re.compile(rb'"[^"]*"')
+_EMPTY_PAIRS = re.compile(rb"\[\]|\{\}")
+_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+# Passes before a linear count takes over (each pass costs the length of what is left).
+_PASSES = 8
+# orjson re-serialises only what JSON has: anything else goes to ``default`` and the walk decides.
+_DUMPS_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
 
 
 def load_body(
@@ -52,12 +76,22 @@ def load_body(
         raise RequestError(f"body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise RequestError(f"body must be a JSON object, not {json_type(value)}")
-    check_depth(value, max_depth)
-    return value
+    if not json_depth_ok(raw, max_depth):
+        raise RequestError(f"body is nested deeper than {max_depth} levels")
+    # Checked at least as strictly as parse_request would: it need not walk the body again.
+    return CheckedBody(value) if max_depth <= DEFAULT_MAX_DEPTH else value
 
 
 def check_depth(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
     """Reject containers nested deeper than max_depth (iteratively: the check itself cannot recurse)."""
+    try:
+        text = orjson.dumps(value, default=_reject, option=_DUMPS_OPTIONS)
+    except TypeError:  # not plain JSON data (or deeper than orjson goes): walk it
+        pass
+    else:
+        if not json_depth_ok(text, max_depth):
+            raise RequestError(f"body is nested deeper than {max_depth} levels")
+        return
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -67,6 +101,32 @@ def check_depth(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
             stack.extend((v, depth + 1) for v in item.values() if isinstance(v, Mapping | list | tuple))
         elif isinstance(item, list | tuple):
             stack.extend((v, depth + 1) for v in item if isinstance(v, Mapping | list | tuple))
+
+
+def _reject(_: Any) -> Any:
+    raise TypeError
+
+
+def json_depth_ok(text: bytes, max_depth: int) -> bool:
+    """Whether valid JSON ``text`` nests containers at most ``max_depth`` deep (the top level is 1)."""
+    brackets = text.translate(None, _NOT_STRUCTURE)
+    if brackets.count(b"[") + brackets.count(b"{") <= max_depth:
+        return True  # each level opens a bracket (those inside strings only add to the count)
+    if b"\\" in text:
+        text = _ESCAPES.sub(b"", text)  # every escape sequence, left to right (an escaped \\ first)
+    text = text.translate(None, _NOT_STRUCTURE)
+    if b'"' in text:
+        # Adjacent quotes: an empty string, or two strings with nothing between: either can go.
+        text = _STRINGS.sub(b"", text.replace(b'""', b""))
+    # A pass removes exactly the containers with no container inside, so depth = passes to empty.
+    passes = 0
+    while text and passes < _PASSES:
+        text = _EMPTY_PAIRS.sub(b"", text)
+        passes += 1
+    if not text:
+        return passes <= max_depth
+    # Deeper still: what is left nests (depth - passes) deep; count it in one linear scan.
+    return passes + max(accumulate(array("b", text.translate(_STEPS)))) <= max_depth
 
 
 def json_type(value: Any) -> str:
@@ -139,12 +199,16 @@ def at(path: str, key: str | int) -> str:
 
 
 def as_obj(value: Any, path: str) -> Obj:
+    if type(value) is dict:  # what JSON parses to: skip the (slower) abstract-class check
+        return value
     if not isinstance(value, Mapping):
         raise RequestError(f"expected an object, got {json_type(value)}", path)
     return value
 
 
 def as_list(value: Any, path: str) -> list[Any]:
+    if type(value) is list:
+        return list(value)
     if not isinstance(value, list | tuple):
         raise RequestError(f"expected an array, got {json_type(value)}", path)
     return list(value)

@@ -197,7 +197,8 @@ def _message_segments(value: Any, index: int) -> list[Segment]:
     audio = opt_obj(message, "audio", path)
     if audio is not None:
         segments.append(Segment(at(path, "audio"), "other", compact(audio), role, index))
-    if not any(s.path != at(path, "name") for s in segments):
+    name_path = at(path, "name")
+    if not any(s.path != name_path for s in segments):
         # An empty message still exists in the rendered prompt: keep its boundary.
         segments.append(Segment(path, whole_kind(role), "", role, index))
     return segments
