@@ -1,0 +1,86 @@
+"""Online calibration of estimated (Claude) token counts from the usage Anthropic reports."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from cachewarden.proxy.analyzer_engine import EngineAnalyzer
+from cachewarden.proxy.engine import Engine
+from cachewarden.proxy.hooks import Flow, Timings
+from cachewarden.proxy.metrics import Metrics
+from cachewarden.proxy.usage import Usage
+
+POLICY = " ".join(f"Clause {i} covers refunds for fare class {i % 7}." for i in range(400))
+
+
+def _flow(body: bytes, n: int) -> Flow:
+    return Flow(
+        id=f"f{n}",
+        route="anthropic-messages",
+        provider="anthropic",
+        upstream="anthropic",
+        method="POST",
+        path="/v1/messages",
+        request_body=body,
+        request_headers=(),
+        key_hash="k",
+        tenant="t",
+        timings=Timings(received=time.perf_counter()),
+        status=200,
+    )
+
+
+def _usage(total: int) -> Usage:
+    return Usage(input_total=total, cached=0, cache_write=0, cache_write_1h=0, uncached=total, output=1)
+
+
+def _body(turn: int) -> bytes:
+    body: dict[str, Any] = {
+        "model": "claude-sonnet-5",
+        "max_tokens": 16,
+        "system": POLICY,
+        "messages": [{"role": "user", "content": f"question {turn}"}],
+    }
+    return json.dumps(body).encode()
+
+
+def test_reported_usage_pulls_the_ratio_towards_the_truth() -> None:
+    engine = Engine()
+    analyzer = EngineAnalyzer(engine, Metrics())
+    first = _flow(_body(0), 0)
+    analyzer.request(first)
+    predicted = first.metadata["analysis"].tokenized.count
+    stream = len(first.metadata["analysis"].tokenized.tokens)
+    start_ratio = first.metadata["analysis"].tokenized.ratio
+    # The provider reports 30% more input tokens than the shipped ratio predicts.
+    truth = round(predicted * 1.3)
+    for n in range(40):
+        flow = _flow(_body(n), n)
+        analyzer.request(flow)
+        flow.usage = Usage(
+            input_total=truth, cached=0, cache_write=0, cache_write_1h=0, uncached=truth, output=1
+        )
+        analyzer.response(flow)
+    learned = engine.counter.ratio_for("claude-sonnet-5", start_ratio)
+    assert learned > start_ratio * 1.2
+    final = _flow(_body(99), 99)
+    analyzer.request(final)
+    assert abs(final.metadata["analysis"].tokenized.count - truth) / truth < 0.05
+    assert stream > 0
+
+
+def test_exact_tokenizers_are_not_calibrated() -> None:
+    engine = Engine()
+    analyzer = EngineAnalyzer(engine, Metrics())
+    body = json.dumps({"model": "gpt-4.1", "messages": [{"role": "user", "content": POLICY}]}).encode()
+    flow = _flow(body, 0)
+    flow.route, flow.provider, flow.upstream = "openai-chat", "openai-chat", "openai"
+    analyzer.request(flow)
+    count = flow.metadata["analysis"].tokenized.count
+    flow.usage = Usage(
+        input_total=count * 2, cached=0, cache_write=0, cache_write_1h=0, uncached=count * 2, output=1
+    )
+    analyzer.response(flow)
+    assert engine.counter.ratio_for("gpt-4.1", 1.0) == 1.0
