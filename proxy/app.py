@@ -156,7 +156,7 @@ def _parse_model(flow: Flow) -> None:
     """Reads ``model`` from the JSON body (kept in ``flow.metadata["body"]`` for analyzers to reuse)."""
     try:
         body = json.loads(flow.request_body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter's limit
         return
     if isinstance(body, dict):
         flow.metadata["body"] = body
@@ -382,6 +382,12 @@ class Proxy:
             await sent.wait()
             if not await self.analysis.run(self._run_request_hooks, flow, droppable=True):
                 self.metrics.analysis_dropped.labels(*self.metrics.labels(flow.provider, flow.model)).inc()
+        except Exception:
+            # Raised here it would cancel the exchange in the same task group: fail open instead.
+            logger.exception("request analysis failed (flow %s); request unaffected", flow.id)
+            self.metrics.analysis_errors.labels(
+                *self.metrics.labels(flow.provider, flow.model), "request"
+            ).inc()
         finally:
             done.set()
 

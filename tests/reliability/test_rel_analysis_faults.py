@@ -1,0 +1,283 @@
+"""Analysis faults never reach the client: the tokenizer, the prefix index and attribution raise or stall.
+
+The official SDKs send the same 50-request workload (OpenAI Chat Completions and Anthropic Messages,
+streamed and not) through the proxy to the emulator, once without faults and once per fault. The
+emulator runs in its own process (it shares the tokenizer and adapters with the proxy, so patching
+them in this process must not touch it) and is deterministic: every answer equals the fault-free
+run's (ids and timestamps aside). Raised faults are counted in ``analysis_errors_total{stage}``;
+stalled analysis never delays a response.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+import uvicorn
+from cachewarden.proxy import analyzer_engine
+from cachewarden.proxy.config import Settings
+from cachewarden.proxy.counting import PromptCounter
+from cachewarden.proxy.index import MemoryIndex
+from cachewarden.proxy.server_cmd import build
+from prometheus_client.parser import text_string_to_metric_families
+
+REQUESTS = 50
+STALL = 2.0
+POLICY = "\n".join(
+    f"Rule {i}: bookings of type {i} are handled by desk {i % 7} within {i} hours." for i in range(150)
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[str]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWARDEN_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cachewarden.proxy.cli", "emulate", "--port", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, "emulator exited"
+            assert time.monotonic() < deadline, "emulator did not start"
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+class Served:
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="critical", http="h11", ws="none", timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "proxy did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+@dataclass
+class Run:
+    answers: list[Any]
+    latencies: list[float]  # seconds to the whole answer (streams: to the last event)
+    first_byte: list[float]  # streams only: seconds to the first event
+
+
+def workload(proxy_url: str, key: str) -> Run:
+    """50 requests, two growing conversations: OpenAI chat and Anthropic, alternately streamed."""
+    oa = openai.OpenAI(api_key=key, base_url=proxy_url + "/v1", max_retries=0, timeout=20)
+    an = anthropic.Anthropic(api_key=key, base_url=proxy_url, max_retries=0, timeout=20)
+    chat: list[Any] = [{"role": "system", "content": POLICY}]
+    messages: list[Any] = []
+    run = Run([], [], [])
+    try:
+        for i in range(REQUESTS):
+            stream = i % 4 >= 2
+            question = f"Question {i}: which desk handles type {i}?"
+            start = time.perf_counter()
+            first: float | None = None
+            if i % 2 == 0:
+                chat.append({"role": "user", "content": question})
+                if stream:
+                    parts: list[str] = []
+                    usage = None
+                    for chunk in oa.chat.completions.create(
+                        model="gpt-4.1", messages=chat, stream=True, stream_options={"include_usage": True}
+                    ):
+                        first = first or time.perf_counter()
+                        parts.extend(c.delta.content or "" for c in chunk.choices)
+                        usage = chunk.usage.model_dump() if chunk.usage else usage
+                    text = "".join(parts)
+                else:
+                    completion = oa.chat.completions.create(model="gpt-4.1", messages=chat)
+                    text = completion.choices[0].message.content or ""
+                    usage = completion.usage.model_dump() if completion.usage else None
+                chat.append({"role": "assistant", "content": text})
+            else:
+                messages.append({"role": "user", "content": question})
+                system: Any = [{"type": "text", "text": POLICY, "cache_control": {"type": "ephemeral"}}]
+                if stream:
+                    parts = []
+                    usage = {}
+                    for event in an.messages.create(
+                        model="claude-sonnet-5",
+                        max_tokens=64,
+                        system=system,
+                        messages=messages,
+                        stream=True,
+                    ):
+                        first = first or time.perf_counter()
+                        if event.type == "message_start":
+                            usage.update(event.message.usage.model_dump())
+                        elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                            parts.append(event.delta.text)
+                        elif event.type == "message_delta":
+                            usage["output_tokens"] = event.usage.output_tokens
+                    text = "".join(parts)
+                else:
+                    message = an.messages.create(
+                        model="claude-sonnet-5", max_tokens=64, system=system, messages=messages
+                    )
+                    text = "".join(b.text for b in message.content if b.type == "text")
+                    usage = message.usage.model_dump()
+                messages.append({"role": "assistant", "content": text})
+            end = time.perf_counter()
+            run.latencies.append(end - start)
+            if first is not None:
+                run.first_byte.append(first - start)
+            run.answers.append((i, stream, text, usage))
+    finally:
+        oa.close()
+        an.close()
+    return run
+
+
+def drive(emulator: str, key: str, **settings: Any) -> tuple[Run, str, Callable[[], None]]:
+    app = build(Settings(openai_upstream=emulator, anthropic_upstream=emulator, **settings))
+    served = Served(app).__enter__()
+    try:
+        return workload(served.url, key), served.url, lambda: served.__exit__(None, None, None)
+    except BaseException:
+        served.__exit__(None, None, None)
+        raise
+
+
+def wait_analysed(url: str) -> None:
+    """Requests are counted once their analysis ended (or was dropped): wait for all 50."""
+    deadline = time.monotonic() + 60
+    while metric(url, "cachewarden_requests_total") < REQUESTS:
+        assert time.monotonic() < deadline, "analysis never finished"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def baseline(emulator: str) -> Run:
+    run, url, stop = drive(emulator, "sk-rel-baseline")
+    try:
+        wait_analysed(url)
+        assert metric(url, "cachewarden_analysis_errors_total") == 0
+        assert metric(url, "cachewarden_input_tokens_total", source="predicted", kind="cached") > 0
+    finally:
+        stop()
+    return run
+
+
+def _raise(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("injected analysis fault")
+
+
+def _stalled(original: Callable[..., Any]) -> Callable[..., Any]:
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(STALL)
+        return original(*args, **kwargs)
+
+    return slow
+
+
+TARGETS: dict[str, tuple[Any, str]] = {
+    "tokenize": (PromptCounter, "tokenize"),
+    "index-lookup": (MemoryIndex, "lookup"),
+    "index-insert": (MemoryIndex, "insert"),
+    "attribute": (analyzer_engine, "attribute"),
+}
+
+
+def _same_answers(run: Run, baseline: Run) -> None:
+    assert len(run.answers) == REQUESTS
+    assert run.answers == baseline.answers  # text and reported usage, request by request
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_raising_analysis_changes_no_answer_and_is_counted(
+    emulator: str, baseline: Run, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner, name = TARGETS[target]
+    monkeypatch.setattr(owner, name, _raise)
+    run, url, stop = drive(emulator, f"sk-rel-raise-{target}")
+    try:
+        _same_answers(run, baseline)
+        wait_analysed(url)
+        assert metric(url, "cachewarden_requests_total", status="200") == REQUESTS
+        # One failed request hook per request (the engine analyzer), none in the response hooks.
+        assert metric(url, "cachewarden_analysis_errors_total", stage="request") == REQUESTS
+        assert metric(url, "cachewarden_analysis_errors_total", stage="response") == 0
+        assert metric(url, "cachewarden_input_tokens_total", source="predicted") == 0
+        assert metric(url, "cachewarden_input_tokens_total", source="reported") > 0
+        assert httpx.get(url + "/healthz", timeout=5).status_code == 200
+    finally:
+        stop()
+
+
+@pytest.mark.parametrize("target", ["tokenize", "attribute"])
+def test_stalled_analysis_never_delays_a_response(
+    emulator: str, baseline: Run, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner, name = TARGETS[target]
+    monkeypatch.setattr(owner, name, _stalled(getattr(owner, name)))
+    # A small backlog: analysis that falls behind is dropped (and counted) instead of queued.
+    run, url, stop = drive(emulator, f"sk-rel-stall-{target}", analysis_backlog=4)
+    try:
+        _same_answers(run, baseline)
+        # Each answer arrives without waiting for its 2 s analysis (or any earlier one still running).
+        assert max(run.latencies) < STALL / 2, run.latencies
+        assert statistics.median(run.latencies) < statistics.median(baseline.latencies) + 0.1
+        assert max(run.first_byte) < STALL / 2
+        wait_analysed(url)
+        dropped = metric(url, "cachewarden_analysis_dropped_total")
+        analysed = metric(url, "cachewarden_input_tokens_total", source="predicted", kind="uncached") > 0
+        assert analysed and 0 < dropped < REQUESTS
+        assert metric(url, "cachewarden_analysis_errors_total") == 0
+    finally:
+        stop()

@@ -1,0 +1,392 @@
+"""Security properties of the proxy in the request path.
+
+- An API key in a header (Authorization, x-api-key) or in the query string never appears in the
+  access log, the metrics, the capture file, the proxy's own error bodies (413 / 502 / 504) or its
+  log output (every logger at DEBUG). Bodies are the user's prompt: the opt-in capture writes them
+  by design, headers never.
+- One tenant's prompts never give another tenant a predicted hit, a diff or a metric: no label value
+  is derived from a key or a tenant.
+- The upstream is chosen by configuration only: Host, X-Forwarded-Host, X-Forwarded-For, Forwarded,
+  a ``:authority`` header, an absolute-form request target and ``//host`` paths never reach a second
+  ("evil") upstream.
+- ``/metrics`` holds no prompt text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anthropic
+import httpx
+import openai
+import pytest
+import uvicorn
+from cachewarden.proxy.config import Settings
+from cachewarden.proxy.emulator.app import create_app as create_emulator
+from cachewarden.proxy.server_cmd import build
+from prometheus_client.parser import text_string_to_metric_families
+
+KEY = "sk-planted-SECRET-123"
+SECRET = "SECRET-123"
+# A key in the query string (some gateways take ``?key=``): kept out of everything the proxy writes
+# itself. (httpx's own INFO line "HTTP Request: POST URL" prints it: see test below.)
+QUERY_SECRET = "QSECRET-456"
+MARKER = "zebra-marker-7Q4XK9-unique"
+
+
+class Served:
+    def __init__(self, app: Any, *, lifespan: Literal["on", "off"] = "on") -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app, lifespan=lifespan, log_level="critical", http="h11", ws="none", timeout_graceful_shutdown=5
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+class Recorder:
+    """An upstream that records every request and answers a small chat completion."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, list[tuple[bytes, bytes]]]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        self.requests.append((scope["path"], list(scope["headers"])))
+        body = json.dumps({"id": "c", "object": "chat.completion", "choices": []}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def metrics_text(url: str) -> str:
+    return httpx.get(url + "/metrics", timeout=10).text
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(metrics_text(url))
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def label_values(url: str) -> set[str]:
+    return {
+        v
+        for f in text_string_to_metric_families(metrics_text(url))
+        for s in f.samples
+        for v in s.labels.values()
+    }
+
+
+def reasons(url: str) -> set[str]:
+    return {
+        s.labels["reason"]
+        for f in text_string_to_metric_families(metrics_text(url))
+        for s in f.samples
+        if s.name == "cachewarden_cache_miss_tokens_total"
+    }
+
+
+def wait_counted(url: str, n: float) -> None:
+    deadline = time.monotonic() + 20
+    while metric(url, "cachewarden_requests_total") < n:
+        assert time.monotonic() < deadline, "requests were not counted"
+        time.sleep(0.02)
+
+
+# -- keys never written ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Logged:
+    proxy: str
+    slow: str  # upstream timeout 0.3 s
+    dead: str  # upstream is a closed port
+    emulator: str
+    files: list[Path]
+    proxies: list[str]
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logged]:
+    tmp = tmp_path_factory.mktemp("security")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    files: list[Path] = []
+
+    def settings(name: str, upstream: str, **extra: Any) -> Settings:
+        access, capture = tmp / f"{name}-access.jsonl", tmp / f"{name}-capture.jsonl"
+        files.extend([access, capture])
+        return Settings(
+            openai_upstream=upstream,
+            anthropic_upstream=upstream,
+            access_log=str(access),
+            capture=str(capture),
+            log_level="debug",
+            **extra,
+        )
+
+    with Served(create_emulator(), lifespan="off") as emulator:
+        apps = [
+            build(settings("ok", emulator.url)),
+            build(settings("slow", emulator.url, upstream_timeout=0.3)),
+            build(settings("dead", closed, connect_timeout=1)),
+        ]
+        with Served(apps[0]) as ok, Served(apps[1]) as slow, Served(apps[2]) as dead:
+            urls = [ok.url, slow.url, dead.url]
+            yield Logged(ok.url, slow.url, dead.url, emulator.url, files, urls)
+
+
+def test_a_key_in_headers_is_never_written(logged: Logged, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger, the proxy's own included
+    headers = {"authorization": f"Bearer {KEY}", "x-api-key": KEY}
+    chat = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hello"}]}
+    bodies: list[bytes] = []
+    with httpx.Client(timeout=10) as client:
+        for base in (logged.proxy, logged.slow, logged.dead):
+            for stream in (False, True):
+                r = client.post(
+                    base + "/v1/chat/completions",
+                    json={**chat, "stream": stream},
+                    headers=headers,
+                    params={"key": f"sk-query-{QUERY_SECRET}"},
+                )
+                bodies.append(r.content)
+            try:  # a timeout (504) on the slow proxy, a connection broken mid-response on the others
+                r = client.post(
+                    base + "/v1/messages",
+                    json={"model": "claude-sonnet-5", "max_tokens": 8, "messages": chat["messages"]},
+                    headers={
+                        **headers,
+                        "x-emulator-fault": "delay=1" if base == logged.slow else "disconnect=2",
+                    },
+                )
+                bodies.append(r.content)
+            except httpx.RemoteProtocolError:
+                pass
+            r = client.post(
+                base + "/v1/chat/completions",
+                content=b"x" * (32 * 2**20 + 1),
+                headers={**headers, "content-type": "application/json"},
+            )
+            assert r.status_code == 413
+            bodies.append(r.content)
+    statuses = {
+        metric(url, "cachewarden_requests_total", status=s) > 0
+        for url, s in [(logged.slow, "504"), (logged.dead, "502")]
+    }
+    assert statuses == {True}
+    # The SDKs too (they add their own headers).
+    oa = openai.OpenAI(api_key=KEY, base_url=logged.proxy + "/v1", max_retries=0, timeout=10)
+    assert oa.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "hi"}]).choices
+    an = anthropic.Anthropic(api_key=KEY, base_url=logged.proxy, max_retries=0, timeout=10)
+    assert an.messages.create(
+        model="claude-sonnet-5", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+    )
+    for url in logged.proxies:
+        wait_counted(url, 4)
+    time.sleep(0.3)  # the last response hooks (capture, access log) run just after the count
+
+    for body in bodies:
+        assert SECRET.encode() not in body and QUERY_SECRET.encode() not in body
+    for url in logged.proxies:
+        assert SECRET not in metrics_text(url) and QUERY_SECRET not in metrics_text(url)
+    written = {path.name: path.read_text(encoding="utf-8") for path in logged.files}
+    assert written["ok-access.jsonl"].count("\n") >= 6 and written["ok-capture.jsonl"].count("\n") >= 4
+    for name, text in written.items():
+        assert SECRET not in text and QUERY_SECRET not in text, name
+    logs = caplog.text + "".join(str(r.args) for r in caplog.records)
+    assert any(r.levelno >= logging.WARNING and r.name.startswith("cachewarden") for r in caplog.records)
+    assert SECRET not in logs
+    own = [r for r in caplog.records if r.name.startswith(("cachewarden", "uvicorn"))]
+    assert own and not any(QUERY_SECRET in r.getMessage() for r in own)
+
+
+# -- tenants ------------------------------------------------------------------------------------------------
+
+
+def test_one_tenant_never_predicts_a_hit_or_a_metric_for_another(tmp_path: Path) -> None:
+    policy = "\n".join(f"Clause {i}: refunds of type {i} take {i + 3} days." for i in range(200))
+    messages = [{"role": "system", "content": policy}, {"role": "user", "content": "What about type 7?"}]
+    tenant_header_value = "acme-tenant-do-not-label"
+    with Served(create_emulator(), lifespan="off") as emulator:
+        app = build(
+            Settings(openai_upstream=emulator.url, anthropic_upstream=emulator.url, tenant_header="x-tenant")
+        )
+        with Served(app) as proxy:
+            key_a, key_b = "sk-tenant-A-key-111", "sk-tenant-B-key-222"
+            for n, key in enumerate([key_a, key_a]):
+                client = openai.OpenAI(api_key=key, base_url=proxy.url + "/v1", max_retries=0, timeout=10)
+                client.chat.completions.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
+                wait_counted(proxy.url, n + 1)
+            hit = metric(proxy.url, "cachewarden_input_tokens_total", source="predicted", kind="cached")
+            assert hit > 0, "tenant A's second request should be a predicted hit"
+            client = openai.OpenAI(api_key=key_b, base_url=proxy.url + "/v1", max_retries=0, timeout=10)
+            client.chat.completions.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
+            wait_counted(proxy.url, 3)
+            # Tenant B sends A's exact prompt: no predicted hit, and its miss is "cold" (no diff with A's,
+            # which would name another reason and lose tokens).
+            assert (
+                metric(proxy.url, "cachewarden_input_tokens_total", source="predicted", kind="cached") == hit
+            )
+            assert reasons(proxy.url) == {"cold"}
+            assert metric(proxy.url, "cachewarden_cache_miss_tokens_total") == 0
+            # A named tenant (header) behaves the same, and neither it nor a key shows up in a label.
+            client = openai.OpenAI(
+                api_key=key_a,
+                base_url=proxy.url + "/v1",
+                max_retries=0,
+                timeout=10,
+                default_headers={"x-tenant": tenant_header_value},
+            )
+            client.chat.completions.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
+            wait_counted(proxy.url, 4)
+            assert (
+                metric(proxy.url, "cachewarden_input_tokens_total", source="predicted", kind="cached") == hit
+            )
+            proxy_state = app.state.proxy
+            hashes = {proxy_state.hash_key([("authorization", f"Bearer {k}")]) for k in (key_a, key_b)}
+            text = metrics_text(proxy.url)
+            for value in label_values(proxy.url):
+                assert "key" not in value and "tenant" not in value, value
+            for secret in (*hashes, key_a, key_b, "tenant-A", "tenant-B", tenant_header_value):
+                assert secret not in text
+
+
+# -- the upstream is configuration, never a client's header -------------------------------------------
+
+
+def test_no_client_header_or_target_chooses_the_upstream() -> None:
+    good, evil = Recorder(), Recorder()
+    with Served(good, lifespan="off") as up, Served(evil, lifespan="off") as bad:
+        app = build(Settings(openai_upstream=up.url, anthropic_upstream=up.url))
+        with Served(app) as proxy:
+            evil_host = f"127.0.0.1:{bad.port}"
+            body = json.dumps({"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}).encode()
+            tricks = [
+                {"host": evil_host},
+                {"x-forwarded-host": evil_host},
+                {
+                    "x-forwarded-for": "127.0.0.1",
+                    "x-forwarded-proto": "http",
+                    "x-forwarded-port": str(bad.port),
+                },
+                {"forwarded": f"for=127.0.0.1;host={evil_host};proto=http"},
+                {"x-original-url": f"http://{evil_host}/v1/chat/completions"},
+                {"x-rewrite-url": f"http://{evil_host}/v1/chat/completions"},
+            ]
+            with httpx.Client(timeout=10) as client:
+                for headers in tricks:
+                    r = client.post(proxy.url + "/v1/chat/completions", content=body, headers=headers)
+                    assert r.status_code == 200
+            # What httpx refuses to send: raw HTTP/1.1 on a socket.
+            raw_requests = [
+                f"POST http://{evil_host}/v1/chat/completions HTTP/1.1\r\nHost: {evil_host}\r\n",
+                f"POST //{evil_host}/v1/chat/completions HTTP/1.1\r\nHost: {evil_host}\r\n",
+                f"POST /%2F%2F{evil_host}/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n:authority: {evil_host}\r\n",
+                f"POST @{evil_host}/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+            ]
+            answers = []
+            for head in raw_requests:
+                request = (
+                    f"{head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                    "Connection: close\r\n\r\n"
+                ).encode() + body
+                with socket.create_connection(("127.0.0.1", proxy.sock.getsockname()[1]), timeout=10) as sock:
+                    sock.sendall(request)
+                    data = b""
+                    while chunk := sock.recv(65536):
+                        data += chunk
+                answers.append(data.split(b"\r\n", 1)[0])
+            # Each is forwarded to the configured upstream or refused by the server: never sent elsewhere.
+            assert all(a.startswith((b"HTTP/1.1 200", b"HTTP/1.1 400", b"HTTP/1.1 404")) for a in answers), (
+                answers
+            )
+            assert evil.requests == []
+            assert len(good.requests) >= len(tricks)
+            forwarded_hosts = {dict(h)[b"host"] for _, h in good.requests}
+            assert forwarded_hosts == {f"127.0.0.1:{up.port}".encode()}
+
+
+# -- no prompt text in /metrics -----------------------------------------------------------------------------
+
+
+def test_metrics_hold_no_prompt_text() -> None:
+    with Served(create_emulator(), lifespan="off") as emulator:
+        app = build(Settings(openai_upstream=emulator.url, anthropic_upstream=emulator.url))
+        with Served(app) as proxy:
+            oa = openai.OpenAI(api_key="sk-rel-marker", base_url=proxy.url + "/v1", max_retries=0, timeout=10)
+            tools: Any = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": f"tool_{MARKER}"[:60].replace("-", "_"),
+                        "description": MARKER,
+                        "parameters": {},
+                    },
+                }
+            ]
+            oa.chat.completions.create(
+                model="gpt-4.1",
+                messages=[
+                    {"role": "system", "content": f"Be brief {MARKER}"},
+                    {"role": "user", "content": MARKER},
+                ],
+                tools=tools,
+                user=MARKER,
+            )
+            an = anthropic.Anthropic(api_key="sk-rel-marker", base_url=proxy.url, max_retries=0, timeout=10)
+            an.messages.create(
+                model="claude-sonnet-5",
+                max_tokens=8,
+                system=f"System {MARKER}",
+                messages=[{"role": "user", "content": f"{MARKER} {MARKER}"}],
+                metadata={"user_id": MARKER},
+            )
+            with httpx.Client(timeout=10) as client:
+                # A body may put anything in "model": text is never a label value.
+                for model in (f"gpt-4.1 {MARKER}", f"please {MARKER}", MARKER * 10):
+                    client.post(
+                        proxy.url + "/v1/chat/completions",
+                        json={"model": model, "messages": [{"role": "user", "content": MARKER}]},
+                        headers={"authorization": "Bearer sk-rel-marker"},
+                    )
+            wait_counted(proxy.url, 5)
+            text = metrics_text(proxy.url)
+            assert "zebra" not in text and "7Q4XK9" not in text
+            assert "gpt-4.1" in text  # the metrics do carry the requests
