@@ -12,7 +12,6 @@ The request always goes upstream without waiting for analysis; analysis never ch
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -31,8 +30,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from .adapters import load_body
 from .analysis_queue import AnalysisQueue
 from .config import Settings
+from .errors import RequestError
 from .forward import (
     Family,
     RelayResponse,
@@ -155,8 +156,10 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 def _parse_model(flow: Flow) -> None:
     """Reads ``model`` from the JSON body (kept in ``flow.metadata["body"]`` for analyzers to reuse)."""
     try:
-        body = json.loads(flow.request_body)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter's limit
+        # The adapters' loader: orjson, bounded depth, and marked as checked so that the analysis
+        # does not walk the body again.
+        body = load_body(flow.request_body)
+    except (RequestError, RecursionError):
         return
     if isinstance(body, dict):
         flow.metadata["body"] = body

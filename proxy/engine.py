@@ -18,9 +18,10 @@ earlier request a miss should be compared with, so attribution can say ``model-c
 from __future__ import annotations
 
 import hashlib
+import itertools
+import secrets
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -33,6 +34,9 @@ from .pricing import Cost, PriceTable
 from .prompt import Prompt
 
 _SALT_MASK = (1 << 62) - 1
+# Entry ids unique across processes (replicas share an index) without a uuid4 per request.
+_ID_PREFIX = secrets.token_hex(6) + "-"
+_ID_COUNTER = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +182,7 @@ class Engine:
         wide_match = self.wide_index.lookup(wide, tokens, now=now, ttl=0)
         previous = self.history(wide_match.entry_id, tenant)
 
-        entry_id = uuid.uuid4().hex
+        entry_id = f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
         self.index.insert(scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
         self.wide_index.insert(wide, tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
         marks.record(prediction)
