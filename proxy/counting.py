@@ -298,10 +298,16 @@ _TOOLS_TAIL = "} // namespace functions"
 
 
 class _LRU:
-    """A bounded, thread-safe map from segment key to its content tokens."""
+    """A bounded, thread-safe map from segment key to its content tokens.
 
-    def __init__(self, entries: int) -> None:
+    Bounded by entries and by the tokens held (a tuple of ints costs ~8 bytes a token), so a few
+    huge segments cannot hold memory that the entry count alone would allow.
+    """
+
+    def __init__(self, entries: int, max_tokens: int = 20_000_000) -> None:
         self._max = max(0, entries)
+        self._max_tokens = max_tokens
+        self._tokens = 0
         self._data: OrderedDict[tuple[str, str, str], tuple[int, ...]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -313,13 +319,21 @@ class _LRU:
             return hit
 
     def put(self, key: tuple[str, str, str], value: tuple[int, ...]) -> None:
-        if self._max == 0:
+        if self._max == 0 or len(value) > self._max_tokens:
             return
         with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._tokens -= len(old)
             self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self._max:
-                self._data.popitem(last=False)
+            self._tokens += len(value)
+            while len(self._data) > self._max or self._tokens > self._max_tokens:
+                _, dropped = self._data.popitem(last=False)
+                self._tokens -= len(dropped)
+
+    @property
+    def tokens(self) -> int:
+        return self._tokens
 
     def __len__(self) -> int:
         return len(self._data)
@@ -328,9 +342,11 @@ class _LRU:
 class PromptCounter:
     """Tokenizes Prompts with provider framing; memoises content tokens per segment."""
 
-    def __init__(self, table: ModelTable, *, memo_entries: int = 50_000) -> None:
+    def __init__(
+        self, table: ModelTable, *, memo_entries: int = 50_000, memo_tokens: int = 20_000_000
+    ) -> None:
         self.table = table
-        self.memo = _LRU(memo_entries)
+        self.memo = _LRU(memo_entries, memo_tokens)
         self._ratios: dict[str, float] = {}
 
     def set_ratio(self, model_family_or_model: str, ratio: float) -> None:

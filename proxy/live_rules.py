@@ -15,6 +15,9 @@ from collections import OrderedDict
 from .prompt import Prompt
 
 _MEMO_ENTRIES = 4096
+# Linting a body costs ~60 ms per MiB: larger bodies are not linted live (the findings of their
+# tools and system prompt come from the smaller requests of the same agent, or from `cachewarden lint`).
+MAX_LINT_BYTES = 4 * 2**20
 
 
 def _key(prompt: Prompt) -> str:
@@ -39,6 +42,8 @@ class LiveRules:
         self._lock = threading.Lock()
 
     def findings(self, prompt: Prompt, body: bytes) -> tuple[tuple[str, str], ...]:
+        if len(body) > MAX_LINT_BYTES:
+            return ()
         key = _key(prompt)
         with self._lock:
             hit = self._memo.get(key)

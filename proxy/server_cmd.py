@@ -7,6 +7,7 @@ Exit 0 after a clean shutdown, 2 on a bad configuration (one line on stderr). On
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -102,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The analysis threads and the event loop share the GIL: hand it over every millisecond instead
     # of every 5 ms, so forwarding waits less behind an analysis (bench/bench_proxy.py).
     sys.setswitchinterval(0.001)
+    # httpx logs every request URL at INFO, query string included (where some gateways put keys).
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         settings = load_settings(sys.argv[1:] if argv is None else argv)
         _check_files(settings)

@@ -271,3 +271,16 @@ def test_response_format_rendering_and_count(counter: PromptCounter) -> None:
 def test_responses_gpt5_tools_have_no_harmony_preamble() -> None:
     assert framing_for("openai-responses", "gpt-5-mini").tools_once == 2
     assert framing_for("openai-chat", "gpt-5-mini").tools_once == 83
+
+
+def test_memo_is_bounded_by_tokens_held() -> None:
+    from cachewarden.proxy.counting import _LRU
+
+    memo = _LRU(entries=100, max_tokens=10)
+    memo.put(("t", "text", "a"), (1, 2, 3, 4))
+    memo.put(("t", "text", "b"), (5, 6, 7, 8))
+    memo.put(("t", "text", "c"), (9, 10, 11))
+    assert memo.tokens <= 10 and memo.get(("t", "text", "a")) is None
+    assert memo.get(("t", "text", "c")) == (9, 10, 11)
+    memo.put(("t", "text", "huge"), tuple(range(50)))  # larger than the whole memo: not kept
+    assert memo.get(("t", "text", "huge")) is None and memo.tokens <= 10
