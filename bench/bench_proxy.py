@@ -259,12 +259,15 @@ async def concurrent(url: str, streams: Sequence[Sequence[bytes]], key: str) -> 
 # -- servers ----------------------------------------------------------------------------------------
 
 
-def start_servers(switch_interval: float | None) -> dict[str, Server]:
+def start_servers(switch_interval: float | None, upstream_latency: str | None = None) -> dict[str, Server]:
     servers: dict[str, Server] = {}
     port = free_port()
     cli = ["-m", "cachewarden.proxy.cli"]
+    latency = (
+        [] if upstream_latency is None else ["--latency", *([upstream_latency] if upstream_latency else [])]
+    )
     servers["upstream"] = python_server(
-        "emulator", [*cli, "emulate", "--port", str(port), "--log-level", "warning"], port
+        "emulator", [*cli, "emulate", "--port", str(port), "--log-level", "warning", *latency], port
     )
     servers["upstream"].wait_ready()
     up = servers["upstream"].url
@@ -389,6 +392,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=int, default=2000, help="requests per path with 32 clients")
     parser.add_argument("--think-ms", type=float, default=5.0, help="pause after each sequential request")
     parser.add_argument(
+        "--upstream-latency",
+        nargs="?",
+        const="",
+        metavar="SPEC",
+        help="give the emulator its latency model (time to first token grows with uncached prompt "
+        "tokens, as at a real provider); optional SPEC as for `cachewarden emulate --latency`",
+    )
+    parser.add_argument(
         "--switch-interval", type=float, help="experiment: sys.setswitchinterval() in the cachewarden proxy"
     )
     args = parser.parse_args(argv)
@@ -416,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, dict[str, Sample]] = {}
     started = time.perf_counter()
     try:
-        servers = start_servers(args.switch_interval)
+        servers = start_servers(args.switch_interval, args.upstream_latency)
         up = servers["upstream"].url
         urls = {p: (up if p == "direct" else servers[p].url) + "/v1/chat/completions" for p in PATHS}
 
