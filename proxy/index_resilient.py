@@ -20,47 +20,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from .index import IndexStats, Match, PrefixIndex
 
-__all__ = ["ResilientIndex", "SharedIndex"]
+__all__ = ["ResilientIndex"]
 
 _T = TypeVar("_T")
-
-
-class SharedIndex(Protocol):
-    """A ``PrefixIndex`` whose writes also take the scope's TTL (for the store's own expiry)."""
-
-    def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match: ...
-
-    def insert(
-        self,
-        scope: str,
-        tokens: Sequence[int],
-        *,
-        now: float,
-        entry_id: str | None = None,
-        ttl: float | None = None,
-    ) -> str: ...
-
-    def mark(
-        self,
-        scope: str,
-        tokens: Sequence[int],
-        positions: Iterable[int],
-        *,
-        now: float,
-        ttl: float | None = None,
-    ) -> None: ...
-
-    def marks(
-        self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
-    ) -> dict[int, float]: ...
-
-    def stats(self) -> IndexStats: ...
-
-    def clear(self) -> None: ...
 
 
 def _better(a: Match, b: Match) -> Match:
@@ -84,7 +50,7 @@ class ResilientIndex:
 
     def __init__(
         self,
-        primary: SharedIndex,
+        primary: PrefixIndex,
         fallback: PrefixIndex,
         *,
         on_outage: Callable[[str], None] | None = None,
