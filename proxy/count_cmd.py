@@ -11,6 +11,7 @@ from typing import Any
 
 from .counting import PromptCounter, TokenizedPrompt, provider_count
 from .errors import CachewardenError, RequestError
+from .files import read_text
 from .models import load_model_table
 from .prompt import PROVIDERS, Prompt, Provider
 
@@ -34,14 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def read_bodies(path: Path) -> Iterator[tuple[int, str]]:
     """(1-based line, body text): the whole file when it is one JSON value, else one body per line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RequestError(f"{path}: no such file") from None
-    except UnicodeDecodeError as exc:
-        raise RequestError(f"{path}: not valid UTF-8 (byte offset {exc.start})") from None
-    except OSError as exc:
-        raise RequestError(f"{path}: cannot read ({exc.strerror})") from None
+    text = read_text(path)
     try:
         json.loads(text)
     except ValueError:

@@ -13,12 +13,12 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .attribution import FIXES, Divergence, Reason, attribute, find_divergence
 from .engine import Analysis, Engine
 from .errors import CachewardenError, RequestError
+from .files import read_text
 from .prompt import PROVIDERS, Prompt, Provider
 from .textdiff import caret_view
 
@@ -59,19 +59,6 @@ class DiffReport:
         common = self.next.match.common_prefix_tokens
         units = common if tp.ratio == 1.0 else round(common * tp.ratio)
         return min(units, tp.count)
-
-
-def read_body(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RequestError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise RequestError(f"{path}: is a directory") from None
-    except UnicodeDecodeError as exc:
-        raise RequestError(f"{path}: not valid UTF-8 (byte offset {exc.start})") from None
-    except OSError as exc:
-        raise RequestError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def with_model(prompt: Prompt, model: str | None) -> Prompt:
@@ -194,8 +181,8 @@ def as_text(report: DiffReport, previous_label: str, next_label: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        previous = parse_body(read_body(args.previous), args.previous, args.provider, args.model)
-        nxt = parse_body(read_body(args.next), args.next, args.provider, args.model)
+        previous = parse_body(read_text(args.previous), args.previous, args.provider, args.model)
+        nxt = parse_body(read_text(args.next), args.next, args.provider, args.model)
         report = diff_prompts(previous, nxt)
     except CachewardenError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
