@@ -18,11 +18,12 @@ This module does not import any HTTP framework.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import orjson
 
 UsageState = Literal["reported", "missing", "unparsed"]
 Provider = Literal["openai-chat", "openai-responses", "anthropic"]
@@ -178,7 +179,7 @@ class UsageReport:
 
 def _load(data: bytes) -> Any:
     try:
-        return json.loads(data)
+        return orjson.loads(data)
     except ValueError:
         return None
 
