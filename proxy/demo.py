@@ -13,10 +13,8 @@ with ``--keep-running`` Ctrl-C is the normal way out and exits 0.
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -28,10 +26,9 @@ from typing import Any, TextIO
 import anthropic
 import httpx
 import openai
-import uvicorn
-from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
+from . import testing
 from .config import Settings
 from .demo_workload import PHASES, TOOLS, Phase, Step, Workload, build_workload, system_prompt
 from .emulator.app import create_app as create_emulator
@@ -41,6 +38,7 @@ from .replay import Report, replay
 from .replay_logs import read_lines
 from .report_text import render_text
 from .server_cmd import build
+from .testing import Served
 from .tokenizers import get_tokenizer
 
 PROG = "cachewarden demo"
@@ -59,66 +57,27 @@ START_TIMEOUT = 20.0  # seconds for a server to start
 STOP_TIMEOUT = 10.0
 
 
-@dataclass(frozen=True, slots=True)
-class Served:
-    name: str
-    port: int
-    server: uvicorn.Server
-    thread: threading.Thread
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def alive(self) -> bool:
-        return self.thread.is_alive()
-
-
-def _listen() -> socket.socket:
-    """A socket bound to a free loopback port, handed to uvicorn as is (no race for the port)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.bind(("127.0.0.1", 0))
-    except OSError as exc:
-        sock.close()
-        raise DemoError(f"cannot open a port on 127.0.0.1: {exc.strerror or exc}") from None
-    return sock
-
-
 @contextmanager
 def serve(app: Starlette, name: str) -> Iterator[Served]:
     """Serve ``app`` on a free 127.0.0.1 port in a thread; stopped (and its port closed) on the way out."""
-    sock = _listen()
-    port: int = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        lifespan="on",
-        http="h11",
-        log_level="critical",
-        access_log=False,
-        timeout_graceful_shutdown=int(STOP_TIMEOUT / 2),
-    )
-    server = uvicorn.Server(config)
-    # Daemon: should a server ever hang on shutdown, it must not keep the command from exiting.
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name=f"cachewarden-demo-{name}", daemon=True
-    )
     try:
-        thread.start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while not server.started:
-            if not thread.is_alive():
-                raise DemoError(f"the {name} did not start")
-            if time.monotonic() > deadline:
-                raise DemoError(f"the {name} did not start within {START_TIMEOUT:.0f} s")
-            time.sleep(0.02)
-        yield Served(name, port, server, thread)
+        # Daemon thread: should a server ever hang on shutdown, it must not keep the command from exiting.
+        served = testing.serve(
+            app,
+            f"cachewarden-demo-{name}",
+            timeout=START_TIMEOUT,
+            access_log=False,
+            timeout_graceful_shutdown=int(STOP_TIMEOUT / 2),
+        )
+    except OSError as exc:
+        raise DemoError(f"cannot open a port on 127.0.0.1: {exc.strerror or exc}") from None
+    except testing.ServeError as exc:
+        within = "" if exc.timeout is None else f" within {START_TIMEOUT:.0f} s"
+        raise DemoError(f"the {name} did not start{within}") from None
+    try:
+        yield served
     finally:
-        server.should_exit = True
-        if thread.ident is not None:
-            thread.join(STOP_TIMEOUT)
-        sock.close()
+        served.stop(STOP_TIMEOUT)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,17 +251,12 @@ def replay_report(path: Path) -> str:
 
 def live_metrics(proxy_url: str) -> str:
     """One line from the proxy's own /metrics: what it predicted and was told while the traffic ran."""
-    text = httpx.get(proxy_url + "/metrics", timeout=CLIENT_TIMEOUT).text
-    cached = {"predicted": 0.0, "reported": 0.0}
-    requests = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "cachewarden_requests_total":
-                requests += sample.value
-            elif sample.name == "cachewarden_input_tokens_total" and sample.labels.get("kind") == "cached":
-                source = sample.labels.get("source", "")
-                if source in cached:
-                    cached[source] += sample.value
+    samples = testing.scrape(proxy_url, timeout=CLIENT_TIMEOUT)
+    requests = testing.metric_sum(samples, "cachewarden_requests_total")
+    cached = {
+        source: testing.metric_sum(samples, "cachewarden_input_tokens_total", kind="cached", source=source)
+        for source in ("predicted", "reported")
+    }
     return (
         f"{requests:,.0f} requests; cached input tokens {cached['predicted']:,.0f} predicted, "
         f"{cached['reported']:,.0f} reported"

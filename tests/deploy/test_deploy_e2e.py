@@ -13,7 +13,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import IO, Any
 import httpx
 import pytest
 import yaml
+from cachewarden.proxy.testing import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -189,13 +189,6 @@ def alert_queries() -> list[tuple[str, str, bool]]:
 
 
 # -- processes -------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def cachewarden_command() -> list[str]:

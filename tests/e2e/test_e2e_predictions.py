@@ -8,23 +8,18 @@ Completions, OpenAI Responses and Anthropic Messages; and /metrics must say so.
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
-import uvicorn
 from cachewarden.proxy.config import Settings
 from cachewarden.proxy.emulator.app import create_app as create_emulator
 from cachewarden.proxy.server_cmd import build
-from prometheus_client.parser import text_string_to_metric_families
-from starlette.applications import Starlette
+from cachewarden.proxy.testing import metric, scrape, serving
 
 POLICY = "\n".join(
     f"Policy {i}: for a request about topic {i}, check clause {i * 3 % 17} and answer in {20 + i} words."
@@ -49,51 +44,17 @@ ANTHROPIC_TOOLS: list[Any] = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _serve(app: Starlette, name: str) -> tuple[uvicorn.Server, threading.Thread, str]:
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    thread = threading.Thread(target=server.run, name=name, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError(f"{name} did not start")
-        time.sleep(0.02)
-    return server, thread, f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture(scope="module")
 def proxy_url() -> Iterator[str]:
-    emulator, emulator_thread, upstream = _serve(create_emulator(), "emulator")
-    proxy_app = build(Settings(openai_upstream=upstream, anthropic_upstream=upstream))
-    proxy, proxy_thread, url = _serve(proxy_app, "proxy")
-    try:
-        yield url
-    finally:
-        proxy.should_exit = emulator.should_exit = True
-        proxy_thread.join(10)
-        emulator_thread.join(10)
-
-
-def metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(url + "/metrics", timeout=10).text
-    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
+    with serving(create_emulator(), "emulator") as emulator:
+        proxy_app = build(Settings(openai_upstream=emulator.url, anthropic_upstream=emulator.url))
+        with serving(proxy_app, "proxy") as proxy:
+            yield proxy.url
 
 
 def tokens_by_source(url: str, provider: str) -> dict[str, dict[str, float]]:
     found: dict[str, dict[str, float]] = defaultdict(dict)
-    for (name, labels), value in metrics(url).items():
+    for (name, labels), value in scrape(url).items():
         d = dict(labels)
         if name == "cachewarden_input_tokens_total" and d.get("provider") == provider:
             found[d["source"]][d["kind"]] = found[d["source"]].get(d["kind"], 0) + value
@@ -104,12 +65,7 @@ def wait_for_reports(url: str, provider: str, expected: int) -> None:
     """Response hooks run after the client got its response: wait until all were analysed."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        count = sum(
-            v
-            for (name, labels), v in metrics(url).items()
-            if name == "cachewarden_prediction_error_tokens_count"
-            and dict(labels).get("provider") == provider
-        )
+        count = metric(url, "cachewarden_prediction_error_tokens_count", provider=provider)
         if count >= expected:
             return
         time.sleep(0.05)
@@ -121,7 +77,7 @@ def assert_predictions_match(url: str, provider: str, requests: int) -> None:
     by_source = tokens_by_source(url, provider)
     assert by_source["predicted"] == by_source["reported"], by_source
     assert by_source["reported"]["cached"] > 0, "the workload should produce cache hits"
-    samples = metrics(url)
+    samples = scrape(url)
     # Prediction error histogram (negative buckets, so no _sum): every observation is exactly 0,
     # i.e. it falls in the bucket le=0 and not in the largest bucket below 0.
     buckets: dict[float, float] = defaultdict(float)

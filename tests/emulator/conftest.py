@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,16 +10,9 @@ import anthropic
 import httpx
 import openai
 import pytest
-import uvicorn
 from cachewarden.proxy.emulator.app import create_app
+from cachewarden.proxy.testing import serving
 from starlette.applications import Starlette
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -67,20 +57,8 @@ class Emulator:
 @pytest.fixture(scope="session")
 def emulator_server() -> Iterator[Emulator]:
     app = create_app()
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    thread = threading.Thread(target=server.run, name="emulator", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the emulator did not start")
-        time.sleep(0.02)
-    try:
-        yield Emulator(app, f"http://127.0.0.1:{port}")
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(app, "emulator", timeout=15) as served:
+        yield Emulator(app, served.url)
 
 
 @pytest.fixture

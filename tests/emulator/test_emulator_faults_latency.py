@@ -171,15 +171,13 @@ def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cachewarden_emulate_command_serves() -> None:
-    import socket
     import subprocess
     import sys
 
     import httpx
+    from cachewarden.proxy.testing import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     command = [
         sys.executable,
         "-m",

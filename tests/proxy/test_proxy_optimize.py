@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +14,6 @@ import anthropic
 import httpx
 import openai
 import pytest
-import uvicorn
 from cachewarden.proxy.config import Settings
 from cachewarden.proxy.emulator.app import create_app as create_emulator
 from cachewarden.proxy.engine import Engine
@@ -37,7 +34,7 @@ from cachewarden.proxy.optimize import (
 from cachewarden.proxy.prompt import Provider
 from cachewarden.proxy.rewriter import CacheRewriter
 from cachewarden.proxy.server_cmd import build
-from prometheus_client.parser import text_string_to_metric_families
+from cachewarden.proxy.testing import metric_sum, scrape, serving
 
 MODEL = "claude-sonnet-5"  # minimum cacheable prefix: 1024 tokens in the model table
 POLICY = " ".join(
@@ -342,38 +339,16 @@ def test_stripper_gives_up_on_an_oversized_event() -> None:
 
 # -- end to end: SDKs -> proxy (optimize) -> emulator, over real sockets -------------------------------
 
-
-class Server:
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(
-            app, log_level="critical", http="h11", ws="none", server_header=False, date_header=False
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "server did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
+# uvicorn as ``cachewarden proxy`` runs it: no Server / Date headers of its own.
+AS_THE_CLI: dict[str, Any] = {"server_header": False, "date_header": False, "timeout": 15}
 
 
 @pytest.fixture
 def stack() -> Iterator[tuple[str, str]]:
     """(emulator URL, optimize-mode proxy URL in front of it)."""
-    with Server(create_emulator()) as emulator:
+    with serving(create_emulator(), "emulator", **AS_THE_CLI) as emulator:
         settings = Settings(mode="optimize", openai_upstream=emulator.url, anthropic_upstream=emulator.url)
-        with Server(build(settings)) as proxy:
+        with serving(build(settings), "proxy", **AS_THE_CLI) as proxy:
             yield emulator.url, proxy.url
 
 
@@ -381,11 +356,7 @@ def metric(proxy_url: str, name: str, labels: dict[str, str], until: Callable[[f
     """The sample's value, polled until ``until`` holds (the proxy counts after the response ended)."""
     deadline = time.monotonic() + 5
     while True:
-        value = 0.0
-        for family in text_string_to_metric_families(httpx.get(proxy_url + "/metrics").text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    value = float(sample.value)
+        value = metric_sum(scrape(proxy_url), name, **labels)
         if until(value) or time.monotonic() > deadline:
             return value
         time.sleep(0.02)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import anthropic
@@ -17,10 +17,10 @@ import anyio.to_thread
 import httpx
 import openai
 import pytest
-import uvicorn
 from cachewarden.proxy.app import create_app
 from cachewarden.proxy.config import Settings
 from cachewarden.proxy.server_cmd import _DrainingServer
+from cachewarden.proxy.testing import Served, serving
 
 CHAT_USAGE = {"prompt_tokens": 2006, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 1920}}
 ANTHROPIC_USAGE = {"input_tokens": 50, "cache_creation_input_tokens": 248, "cache_read_input_tokens": 4000}
@@ -178,49 +178,14 @@ class Upstream:
             tg.cancel_scope.cancel()
 
 
-class Served:
-    """An ASGI app under uvicorn on a free 127.0.0.1 port, in a daemon thread."""
-
-    def __init__(
-        self, app: Any, *, lifespan: str = "on", server_cls: type[uvicorn.Server] = uvicorn.Server
-    ) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app,
-            lifespan=lifespan,
-            log_level="critical",
-            http="h11",
-            ws="none",
-            server_header=False,
-            date_header=False,
-            timeout_graceful_shutdown=5,
-        )
-        self.server = (
-            server_cls(config, app.state.proxy) if server_cls is _DrainingServer else server_cls(config)
-        )
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
+# uvicorn as ``cachewarden proxy`` runs it: no Server / Date headers of its own.
+AS_THE_CLI: dict[str, Any] = {"server_header": False, "date_header": False, "timeout": 10}
 
 
 @pytest.fixture
 def upstream() -> Iterator[tuple[Upstream, Served]]:
     app = Upstream()
-    with Served(app, lifespan="off") as served:
+    with serving(app, "upstream", lifespan="off", **AS_THE_CLI) as served:
         yield app, served
 
 
@@ -228,7 +193,7 @@ def upstream() -> Iterator[tuple[Upstream, Served]]:
 def proxied(upstream: tuple[Upstream, Served]) -> Iterator[tuple[Upstream, Served, Served]]:
     app, up = upstream
     proxy_app = create_app(Settings(openai_upstream=up.url, anthropic_upstream=up.url, upstream_timeout=10))
-    with Served(proxy_app) as proxy:
+    with serving(proxy_app, "proxy", **AS_THE_CLI) as proxy:
         yield app, up, proxy
 
 
@@ -357,8 +322,8 @@ def test_anthropic_sdk_sync_and_streaming(proxied: tuple[Upstream, Served, Serve
 def test_graceful_shutdown_lets_a_stream_finish(upstream: tuple[Upstream, Served]) -> None:
     app, up = upstream
     proxy_app = create_app(Settings(openai_upstream=up.url, anthropic_upstream=up.url))
-    served = Served(proxy_app, server_cls=_DrainingServer)
-    with served:
+    draining = partial(_DrainingServer, proxy=proxy_app.state.proxy)
+    with serving(proxy_app, "proxy", server_factory=draining, **AS_THE_CLI) as served:
         assert httpx.get(served.url + "/readyz").status_code == 200
         app.gate.clear()
         with (

@@ -4,7 +4,6 @@ persistence; stopped after the tests. Skipped (with the reason) where redis-serv
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cachewarden.proxy.testing import free_port
 
 try:
     import redis
@@ -21,19 +21,12 @@ except ImportError:  # the tests that need it skip; the others (fakes) still run
 SERVER = shutil.which("redis-server")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class RedisServer:
     """One redis-server process; ``stop`` and ``start`` again keep the port (to test reconnects)."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

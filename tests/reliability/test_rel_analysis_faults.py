@@ -11,11 +11,9 @@ stalled analysis never delays a response.
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,13 +23,12 @@ import anthropic
 import httpx
 import openai
 import pytest
-import uvicorn
 from cachewarden.proxy import analyzer_engine
 from cachewarden.proxy.config import Settings
 from cachewarden.proxy.counting import PromptCounter
 from cachewarden.proxy.index import MemoryIndex
 from cachewarden.proxy.server_cmd import build
-from prometheus_client.parser import text_string_to_metric_families
+from cachewarden.proxy.testing import free_port, metric, serve
 
 REQUESTS = 50
 STALL = 2.0
@@ -40,16 +37,9 @@ POLICY = "\n".join(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWARDEN_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "cachewarden.proxy.cli", "emulate", "--port", str(port)],
@@ -73,39 +63,6 @@ def emulator() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
-
-
-class Served:
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="critical", http="h11", ws="none", timeout_graceful_shutdown=5)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "proxy did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    text = httpx.get(url + "/metrics", timeout=10).text
-    return sum(
-        s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
 
 
 @dataclass
@@ -186,11 +143,11 @@ def workload(proxy_url: str, key: str) -> Run:
 
 def drive(emulator: str, key: str, **settings: Any) -> tuple[Run, str, Callable[[], None]]:
     app = build(Settings(openai_upstream=emulator, anthropic_upstream=emulator, **settings))
-    served = Served(app).__enter__()
+    served = serve(app, "proxy")
     try:
-        return workload(served.url, key), served.url, lambda: served.__exit__(None, None, None)
+        return workload(served.url, key), served.url, lambda: served.stop(30)
     except BaseException:
-        served.__exit__(None, None, None)
+        served.stop(30)
         raise
 
 

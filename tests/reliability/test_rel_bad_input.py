@@ -10,53 +10,20 @@ RequestError, the hook dispatcher counts it; readable bodies cause no error).
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from cachewarden.proxy.adapters import parse_request
 from cachewarden.proxy.app import create_app
 from cachewarden.proxy.config import Settings
 from cachewarden.proxy.errors import RequestError
 from cachewarden.proxy.server_cmd import build
-from prometheus_client.parser import text_string_to_metric_families
-
-# -- servers ------------------------------------------------------------------------------------------
-
-
-class Served:
-    """An ASGI app under uvicorn on a free 127.0.0.1 port, in a daemon thread."""
-
-    def __init__(self, app: Any, *, lifespan: Literal["on", "off"] = "on") -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(
-            app, lifespan=lifespan, log_level="critical", http="h11", ws="none", timeout_graceful_shutdown=5
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "server did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
-
+from cachewarden.proxy.testing import metric, serving
 
 UPSTREAM_BODY = b'{"id":"up-1","object":"chat.completion","choices":[]}'
 
@@ -98,10 +65,10 @@ class Stack:
 
 def _stack(*, full: bool = True, **settings: Any) -> Iterator[Stack]:
     upstream = CapturingUpstream()
-    with Served(upstream, lifespan="off") as up:
+    with serving(upstream, "upstream", lifespan="off", stop_timeout=30) as up:
         config = Settings(openai_upstream=up.url, anthropic_upstream=up.url, **settings)
         app = build(config) if full else create_app(config)
-        with Served(app) as proxy:
+        with serving(app, "proxy", stop_timeout=30) as proxy:
             yield Stack(upstream, proxy.url)
 
 
@@ -115,22 +82,6 @@ def raised_stack() -> Iterator[Stack]:
     # Forwarding only (the reported-usage analyzer): the live rules take ~10 s of an analysis thread on
     # a 50 MB body (linter/tree.py), which the client never waits for but the fixture's shutdown would.
     yield from _stack(full=False, max_body_bytes=64 * 2**20)
-
-
-def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
-
-
-def total(url: str, name: str, **labels: str) -> float:
-    return sum(
-        v
-        for (n, lab), v in samples(url).items()
-        if n == name and all(dict(lab).get(k) == want for k, want in labels.items())
-    )
 
 
 # -- the corpus ---------------------------------------------------------------------------------------
@@ -380,13 +331,13 @@ def test_corpus_is_forwarded_unchanged_and_every_unreadable_body_is_counted(stac
     assert httpx.get(stack.url + "/healthz", timeout=10).status_code == 200
     # Requests are counted once their request analysis finished (after the response): wait for all.
     deadline = time.monotonic() + 60
-    while total(stack.url, "cachewarden_requests_total") < len(cases):
+    while metric(stack.url, "cachewarden_requests_total") < len(cases):
         assert time.monotonic() < deadline, "analysis did not finish"
         time.sleep(0.05)
-    assert total(stack.url, "cachewarden_requests_total", status="200") == len(cases)
-    assert total(stack.url, "cachewarden_analysis_errors_total", stage="request") == expected_errors
-    assert total(stack.url, "cachewarden_analysis_errors_total", stage="response") == 0
-    assert total(stack.url, "cachewarden_analysis_dropped_total") == 0
+    assert metric(stack.url, "cachewarden_requests_total", status="200") == len(cases)
+    assert metric(stack.url, "cachewarden_analysis_errors_total", stage="request") == expected_errors
+    assert metric(stack.url, "cachewarden_analysis_errors_total", stage="response") == 0
+    assert metric(stack.url, "cachewarden_analysis_dropped_total") == 0
 
 
 def _too_large(size: int) -> bytes:
@@ -425,7 +376,7 @@ def test_50mb_body_is_413_in_the_providers_error_shape(stack: Stack, provider: s
         assert limit in error["error"]["message"] and "larger than" in error["error"]["message"]
     assert stack.upstream.count == before  # never forwarded
     assert httpx.get(stack.url + "/healthz", timeout=10).status_code == 200
-    assert total(stack.url, "cachewarden_requests_total", status="413") >= 1
+    assert metric(stack.url, "cachewarden_requests_total", status="413") >= 1
 
 
 def test_50mb_body_is_forwarded_unchanged_under_a_raised_limit(raised_stack: Stack) -> None:

@@ -19,14 +19,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 from cachewarden.proxy.config import Settings
 from cachewarden.proxy.server_cmd import build
-from prometheus_client.parser import text_string_to_metric_families
+from cachewarden.proxy.testing import Served, metric, serving
 
 TOTAL = 1000
 FIRST = 100
@@ -71,44 +71,24 @@ class SlowStreams:
                 self.cancelled += 1
 
 
-class Served:
-    """uvicorn in a thread on its own event loop (kept, so the test can count the loop's tasks)."""
+class LoopServer(uvicorn.Server):
+    """uvicorn keeping a reference to its event loop, so the test can count the loop's tasks."""
 
-    def __init__(self, app: Any, *, lifespan: Literal["on", "off"] = "on") -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port: int = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app, lifespan=lifespan, log_level="critical", http="h11", ws="none", timeout_graceful_shutdown=5
-        )
-        self.server = uvicorn.Server(config)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+    loop: asyncio.AbstractEventLoop
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().serve(sockets)
 
-    def tasks(self) -> int:
-        async def count() -> int:
-            return len(asyncio.all_tasks())
 
-        return asyncio.run_coroutine_threadsafe(count(), self.loop).result(10)
+def loop_tasks(served: Served) -> int:
+    """Tasks on the event loop of a server made by ``LoopServer``."""
 
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        return self
+    async def count() -> int:
+        return len(asyncio.all_tasks())
 
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
-        self.loop.close()
+    assert isinstance(served.server, LoopServer)
+    return asyncio.run_coroutine_threadsafe(count(), served.server.loop).result(10)
 
 
 def tcp_connections(port: int) -> int:
@@ -154,7 +134,7 @@ def snapshot(upstream: Served, proxy: Served) -> Snapshot:
     return Snapshot(
         upstream_connections=tcp_connections(upstream.port),
         fds=len(os.listdir("/proc/self/fd")),
-        tasks=proxy.tasks(),
+        tasks=loop_tasks(proxy),
         objects=len(gc.get_objects()),
         rss_mib=rss_mib(),
     )
@@ -163,9 +143,9 @@ def snapshot(upstream: Served, proxy: Served) -> Snapshot:
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[SlowStreams, Served, Served]]:
     app = SlowStreams()
-    with Served(app, lifespan="off") as upstream:
+    with serving(app, "upstream", lifespan="off", stop_timeout=30) as upstream:
         proxy_app = build(Settings(openai_upstream=upstream.url, anthropic_upstream=upstream.url))
-        with Served(proxy_app) as proxy:
+        with serving(proxy_app, "proxy", stop_timeout=30, server_factory=LoopServer) as proxy:
             yield app, upstream, proxy
 
 
@@ -203,12 +183,7 @@ def settle(app: SlowStreams, proxy: Served, expected: int) -> None:
     """Wait until every upstream stream saw its client leave and every request was counted."""
     deadline = time.monotonic() + 20
     while True:
-        counted = sum(
-            s.value
-            for f in text_string_to_metric_families(httpx.get(proxy.url + "/metrics", timeout=10).text)
-            for s in f.samples
-            if s.name == "cachewarden_requests_total" and s.labels.get("status") == "client_disconnect"
-        )
+        counted = metric(proxy.url, "cachewarden_requests_total", status="client_disconnect")
         if app.cancelled >= expected and counted >= expected:
             return
         assert time.monotonic() < deadline, (app.started, app.cancelled, counted)

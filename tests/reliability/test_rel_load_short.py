@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from cachewarden.proxy.testing import free_port, serve
 
 CLIENTS = 100
 HOLD = 10.0
@@ -51,13 +49,6 @@ async def slow_upstream(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:
@@ -68,15 +59,10 @@ def rss_mib(pid: int) -> float:
 
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[tuple[str, int]]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(slow_upstream, lifespan="off", log_level="critical", http="h11", backlog=1024)
-    upstream = uvicorn.Server(config)
-    thread = threading.Thread(target=upstream.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    port = _free_port()
+    upstream = serve(slow_upstream, "upstream", lifespan="off", backlog=1024)
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWARDEN_")}
-    up = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    up = upstream.url
     argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(
         [sys.executable, *argv, "--openai-upstream", up, "--anthropic-upstream", up],
@@ -100,9 +86,7 @@ def proxy() -> Iterator[tuple[str, int]]:
     finally:
         proc.terminate()
         proc.wait(15)
-        upstream.should_exit = True
-        thread.join(15)
-        sock.close()
+        upstream.stop(15)
 
 
 async def stream(client: httpx.AsyncClient, url: str, i: int) -> str | None:

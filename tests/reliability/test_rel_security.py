@@ -17,22 +17,20 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
-import uvicorn
 from cachewarden.proxy.config import Settings
 from cachewarden.proxy.emulator.app import create_app as create_emulator
 from cachewarden.proxy.server_cmd import build
-from prometheus_client.parser import text_string_to_metric_families
+from cachewarden.proxy.testing import free_port, metric, scrape, serving
 
 KEY = "sk-planted-SECRET-123"
 SECRET = "SECRET-123"
@@ -40,32 +38,6 @@ SECRET = "SECRET-123"
 # itself. (httpx's own INFO line "HTTP Request: POST URL" prints it: see test below.)
 QUERY_SECRET = "QSECRET-456"
 MARKER = "zebra-marker-7Q4XK9-unique"
-
-
-class Served:
-    def __init__(self, app: Any, *, lifespan: Literal["on", "off"] = "on") -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port: int = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app, lifespan=lifespan, log_level="critical", http="h11", ws="none", timeout_graceful_shutdown=5
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
 
 
 class Recorder:
@@ -93,31 +65,13 @@ def metrics_text(url: str) -> str:
     return httpx.get(url + "/metrics", timeout=10).text
 
 
-def metric(url: str, name: str, **labels: str) -> float:
-    return sum(
-        s.value
-        for f in text_string_to_metric_families(metrics_text(url))
-        for s in f.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
-
-
 def label_values(url: str) -> set[str]:
-    return {
-        v
-        for f in text_string_to_metric_families(metrics_text(url))
-        for s in f.samples
-        for v in s.labels.values()
-    }
+    return {v for _, labels in scrape(url) for _, v in labels}
 
 
 def reasons(url: str) -> set[str]:
-    return {
-        s.labels["reason"]
-        for f in text_string_to_metric_families(metrics_text(url))
-        for s in f.samples
-        if s.name == "cachewarden_cache_miss_tokens_total"
-    }
+    miss = "cachewarden_cache_miss_tokens_total"
+    return {dict(labels)["reason"] for name, labels in scrape(url) if name == miss}
 
 
 def wait_counted(url: str, n: float) -> None:
@@ -143,9 +97,7 @@ class Logged:
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logged]:
     tmp = tmp_path_factory.mktemp("security")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    closed = f"http://127.0.0.1:{free_port()}"
     files: list[Path] = []
 
     def settings(name: str, upstream: str, **extra: Any) -> Settings:
@@ -160,13 +112,17 @@ def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logged]:
             **extra,
         )
 
-    with Served(create_emulator(), lifespan="off") as emulator:
+    with serving(create_emulator(), "emulator", lifespan="off", stop_timeout=30) as emulator:
         apps = [
             build(settings("ok", emulator.url)),
             build(settings("slow", emulator.url, upstream_timeout=0.3)),
             build(settings("dead", closed, connect_timeout=1)),
         ]
-        with Served(apps[0]) as ok, Served(apps[1]) as slow, Served(apps[2]) as dead:
+        with (
+            serving(apps[0], "ok", stop_timeout=30) as ok,
+            serving(apps[1], "slow", stop_timeout=30) as slow,
+            serving(apps[2], "dead", stop_timeout=30) as dead,
+        ):
             urls = [ok.url, slow.url, dead.url]
             yield Logged(ok.url, slow.url, dead.url, emulator.url, files, urls)
 
@@ -243,11 +199,11 @@ def test_one_tenant_never_predicts_a_hit_or_a_metric_for_another(tmp_path: Path)
     policy = "\n".join(f"Clause {i}: refunds of type {i} take {i + 3} days." for i in range(200))
     messages = [{"role": "system", "content": policy}, {"role": "user", "content": "What about type 7?"}]
     tenant_header_value = "acme-tenant-do-not-label"
-    with Served(create_emulator(), lifespan="off") as emulator:
+    with serving(create_emulator(), "emulator", lifespan="off", stop_timeout=30) as emulator:
         app = build(
             Settings(openai_upstream=emulator.url, anthropic_upstream=emulator.url, tenant_header="x-tenant")
         )
-        with Served(app) as proxy:
+        with serving(app, "proxy", stop_timeout=30) as proxy:
             key_a, key_b = "sk-tenant-A-key-111", "sk-tenant-B-key-222"
             for n, key in enumerate([key_a, key_a]):
                 client = openai.OpenAI(api_key=key, base_url=proxy.url + "/v1", max_retries=0, timeout=10)
@@ -292,9 +248,12 @@ def test_one_tenant_never_predicts_a_hit_or_a_metric_for_another(tmp_path: Path)
 
 def test_no_client_header_or_target_chooses_the_upstream() -> None:
     good, evil = Recorder(), Recorder()
-    with Served(good, lifespan="off") as up, Served(evil, lifespan="off") as bad:
+    with (
+        serving(good, "good", lifespan="off", stop_timeout=30) as up,
+        serving(evil, "evil", lifespan="off", stop_timeout=30) as bad,
+    ):
         app = build(Settings(openai_upstream=up.url, anthropic_upstream=up.url))
-        with Served(app) as proxy:
+        with serving(app, "proxy", stop_timeout=30) as proxy:
             evil_host = f"127.0.0.1:{bad.port}"
             body = json.dumps({"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}).encode()
             tricks = [
@@ -327,7 +286,7 @@ def test_no_client_header_or_target_chooses_the_upstream() -> None:
                     f"{head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                     "Connection: close\r\n\r\n"
                 ).encode() + body
-                with socket.create_connection(("127.0.0.1", proxy.sock.getsockname()[1]), timeout=10) as sock:
+                with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
                     sock.sendall(request)
                     data = b""
                     while chunk := sock.recv(65536):
@@ -347,9 +306,9 @@ def test_no_client_header_or_target_chooses_the_upstream() -> None:
 
 
 def test_metrics_hold_no_prompt_text() -> None:
-    with Served(create_emulator(), lifespan="off") as emulator:
+    with serving(create_emulator(), "emulator", lifespan="off", stop_timeout=30) as emulator:
         app = build(Settings(openai_upstream=emulator.url, anthropic_upstream=emulator.url))
-        with Served(app) as proxy:
+        with serving(app, "proxy", stop_timeout=30) as proxy:
             oa = openai.OpenAI(api_key="sk-rel-marker", base_url=proxy.url + "/v1", max_retries=0, timeout=10)
             tools: Any = [
                 {

@@ -9,8 +9,6 @@ with an error, never a hang (every client call has a timeout). Each fault is cou
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,58 +19,15 @@ import httpx
 import httpx2
 import openai
 import pytest
-import uvicorn
 from cachewarden.proxy.config import Settings
 from cachewarden.proxy.emulator.app import create_app as create_emulator
 from cachewarden.proxy.server_cmd import build
-from prometheus_client.parser import text_string_to_metric_families
+from cachewarden.proxy.testing import free_port, metric, serving
 
 CLIENT_TIMEOUT = 10.0
 FAULT = "x-emulator-fault"
-
-
-class Served:
-    """An ASGI app under uvicorn on a free 127.0.0.1 port, in a daemon thread (as ``cachewarden proxy``
-    runs it: no Server / Date headers of its own)."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(
-            app,
-            log_level="critical",
-            http="h11",
-            ws="none",
-            server_header=False,
-            date_header=False,
-            timeout_graceful_shutdown=5,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    text = httpx.get(url + "/metrics", timeout=10).text
-    return sum(
-        s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
+# uvicorn as ``cachewarden proxy`` runs it (no Server / Date headers of its own); 30 s to stop.
+AS_THE_CLI: dict[str, Any] = {"server_header": False, "date_header": False, "stop_timeout": 30}
 
 
 def wait_metric(url: str, name: str, at_least: float, **labels: str) -> float:
@@ -92,15 +47,16 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
-    with Served(create_emulator()) as emulator:
+    closed = f"http://127.0.0.1:{free_port()}"  # a port nothing listens on
+    with serving(create_emulator(), "emulator", **AS_THE_CLI) as emulator:
         fast = build(
             Settings(openai_upstream=emulator.url, anthropic_upstream=emulator.url, upstream_timeout=0.5)
         )
         dead = build(Settings(openai_upstream=closed, anthropic_upstream=closed, connect_timeout=2))
-        with Served(fast) as proxy, Served(dead) as refused:
+        with (
+            serving(fast, "proxy", **AS_THE_CLI) as proxy,
+            serving(dead, "refused", **AS_THE_CLI) as refused,
+        ):
             yield Stack(emulator.url, proxy.url, refused.url)
 
 
