@@ -84,8 +84,8 @@ class EngineAnalyzer:
             for code, reason in self.rules.findings(prompt, flow.request_body):
                 self.metrics.findings.labels(*self._labels(flow), code, reason).inc()
 
-    def _labels(self, flow: Flow) -> tuple[str, str]:
-        return self.metrics.labels(flow.provider, flow.model)
+    def _labels(self, flow: Flow) -> tuple[str, ...]:
+        return self.metrics.labels(flow.provider, flow.model, flow.tenant)
 
     def _record_prediction(self, flow: Flow, analysis: Analysis, reasons: list[Reason]) -> None:
         m, base, p = self.metrics, self._labels(flow), analysis.prediction
@@ -97,7 +97,7 @@ class EngineAnalyzer:
             uncached=p.uncached_tokens,
             output=0,
         )
-        m.record_usage(flow.provider, flow.model, predicted, "predicted")
+        m.record_usage(flow.provider, flow.model, predicted, "predicted", flow.tenant)
         if analysis.cost is not None:
             for kind, usd in (
                 ("cached", analysis.cost.cached_usd),

@@ -384,12 +384,14 @@ class Proxy:
         try:
             await sent.wait()
             if not await self.analysis.run(self._run_request_hooks, flow, droppable=True):
-                self.metrics.analysis_dropped.labels(*self.metrics.labels(flow.provider, flow.model)).inc()
+                self.metrics.analysis_dropped.labels(
+                    *self.metrics.labels(flow.provider, flow.model, flow.tenant)
+                ).inc()
         except Exception:
             # Raised here it would cancel the exchange in the same task group: fail open instead.
             logger.exception("request analysis failed (flow %s); request unaffected", flow.id)
             self.metrics.analysis_errors.labels(
-                *self.metrics.labels(flow.provider, flow.model), "request"
+                *self.metrics.labels(flow.provider, flow.model, flow.tenant), "request"
             ).inc()
         finally:
             done.set()
@@ -406,14 +408,15 @@ class Proxy:
 
     def _count(self, flow: Flow) -> None:
         m, t = self.metrics, flow.timings
-        provider, model = m.labels(flow.provider, flow.model)
-        m.requests.labels(provider, model, flow.outcome or "unknown").inc()
+        base = m.labels(flow.provider, flow.model, flow.tenant)
+        provider = base[0]
+        m.requests.labels(*base, flow.outcome or "unknown").inc()
         if t.sent is not None:
-            m.overhead_seconds.labels(provider, model).observe(t.sent - t.received)
+            m.overhead_seconds.labels(*base).observe(t.sent - t.received)
             if t.first_byte is not None:
-                m.upstream_seconds.labels(provider, model, "first_byte").observe(t.first_byte - t.sent)
+                m.upstream_seconds.labels(*base, "first_byte").observe(t.first_byte - t.sent)
             if t.done is not None and flow.outcome == str(flow.status) and flow.error is None:
-                m.upstream_seconds.labels(provider, model, "total").observe(t.done - t.sent)
+                m.upstream_seconds.labels(*base, "total").observe(t.done - t.sent)
         if flow.usage_state is not None:
             m.usage_reports.labels(provider, flow.usage_state).inc()
 
@@ -480,7 +483,7 @@ def create_app(
     ``transport`` replaces the network (tests: ``httpx.MockTransport``).
     """
     settings = settings or Settings()
-    metrics = metrics or Metrics(settings.max_model_labels)
+    metrics = metrics or Metrics(settings.max_model_labels, tenant_labels=settings.tenant_labels)
     proxy = Proxy(
         settings,
         metrics,

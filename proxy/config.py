@@ -76,6 +76,9 @@ class Settings:
     key_salt: str | None = None
     # Bound on distinct `model` label values; later models are reported as "other".
     max_model_labels: int = 64
+    # Tenants (values of the tenant header) that get a `tenant` label of their own; every other
+    # tenant is "other". Empty: no tenant label at all.
+    tenant_labels: tuple[str, ...] = ()
     graceful_timeout: float = 30.0
     log_level: str = "info"
     # The prefix index: in memory (default) or shared by several replicas (redis://host:6379/0).
@@ -219,6 +222,17 @@ def parse_index_url(name: str, value: object) -> str:
     return text
 
 
+def parse_names(name: str, value: object) -> tuple[str, ...]:
+    """A comma-separated string (flag / env) or a list (file) of short label values."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        _fail(name, value, "expected NAME,NAME or a list of names")
+    names = tuple(i.strip() for i in items if i.strip())
+    if any(len(n) > 64 for n in names):
+        _fail(name, value, "a tenant label is at most 64 characters")
+    return names
+
+
 _PARSERS: dict[str, Callable[[str, object], object]] = {
     "host": parse_text,
     "port": parse_port,
@@ -238,6 +252,7 @@ _PARSERS: dict[str, Callable[[str, object], object]] = {
     "prices": parse_text,
     "key_salt": parse_text,
     "max_model_labels": parse_positive_int,
+    "tenant_labels": parse_names,
     "graceful_timeout": parse_seconds,
     "log_level": parse_text,
     "index": parse_index_url,
@@ -329,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--prices", metavar="FILE", help="price table override")
     add("--key-salt", metavar="TEXT", help="salt of the API-key hash (same on every replica)")
     add("--max-model-labels", metavar="N", help="distinct model label values before 'other' (default 64)")
+    add("--tenant-labels", metavar="NAME,NAME", help="tenants with a `tenant` metric label (others: 'other')")
     add("--graceful-timeout", metavar="SECONDS", help="time streams in flight get on shutdown (default 30)")
     add("--log-level", metavar="LEVEL", help="uvicorn log level (default info)")
     add("--index", metavar="URL", help="prefix index: memory:// (default) or redis://HOST:PORT/DB (shared)")

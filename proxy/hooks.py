@@ -148,7 +148,9 @@ def call_hooks(
             logger.exception(
                 "analyzer %s failed in %s (flow %s); request unaffected", _name(analyzer), stage, flow.id
             )
-            metrics.analysis_errors.labels(*metrics.labels(flow.provider, flow.model), stage).inc()
+            metrics.analysis_errors.labels(
+                *metrics.labels(flow.provider, flow.model, flow.tenant), stage
+            ).inc()
 
 
 def call_rewriter(rewriter: Rewriter, flow: Flow, metrics: Metrics) -> bytes:
@@ -159,7 +161,9 @@ def call_rewriter(rewriter: Rewriter, flow: Flow, metrics: Metrics) -> bytes:
         logger.exception(
             "rewriter %s failed (flow %s); forwarding the original body", _name(rewriter), flow.id
         )
-        metrics.analysis_errors.labels(*metrics.labels(flow.provider, flow.model), "rewrite").inc()
+        metrics.analysis_errors.labels(
+            *metrics.labels(flow.provider, flow.model, flow.tenant), "rewrite"
+        ).inc()
         return flow.request_body
     return flow.request_body if new is None else new
 
@@ -178,7 +182,7 @@ class ReportedUsage:
 
     def response(self, flow: Flow) -> None:
         if flow.usage is not None:
-            self.metrics.record_usage(flow.provider, flow.model, flow.usage, "reported")
+            self.metrics.record_usage(flow.provider, flow.model, flow.usage, "reported", flow.tenant)
 
 
 class JsonlSink:

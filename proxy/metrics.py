@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -76,18 +76,27 @@ class ModelLabels:
 class Metrics:
     """All metric objects of one app, on their own registry (never the process-global one)."""
 
-    def __init__(self, max_models: int = 64, known_models: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        max_models: int = 64,
+        known_models: Callable[[str], bool] | None = None,
+        tenant_labels: Collection[str] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_label = ModelLabels(max_models, known_models)
+        # A `tenant` label exists only when the operator names the tenants it may carry: tenant ids
+        # can be unbounded (one per API key), and a label must never become a side channel.
+        self.tenant_labels = frozenset(tenant_labels) if tenant_labels else None
+        _base = _BASE if self.tenant_labels is None else (*_BASE, "tenant")
 
         def counter(name: str, doc: str, *labels: str) -> Counter:
-            return Counter(PREFIX + name, doc, (*_BASE, *labels), registry=self.registry)
+            return Counter(PREFIX + name, doc, (*_base, *labels), registry=self.registry)
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...], *labels: str) -> Histogram:
-            return Histogram(PREFIX + name, doc, (*_BASE, *labels), buckets=buckets, registry=self.registry)
+            return Histogram(PREFIX + name, doc, (*_base, *labels), buckets=buckets, registry=self.registry)
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(PREFIX + name, doc, _BASE, registry=self.registry)
+            return Gauge(PREFIX + name, doc, _base, registry=self.registry)
 
         self.requests = counter("requests", "Requests proxied, by final status.", "status")
         self.input_tokens = counter(
@@ -147,12 +156,19 @@ class Metrics:
             registry=self.registry,
         )
 
-    def labels(self, provider: str | None, model: str | None) -> tuple[str, str]:
-        return provider or NONE, self.model_label(model)
+    def labels(self, provider: str | None, model: str | None, tenant: str | None = None) -> tuple[str, ...]:
+        """The base label values: provider, model and, when configured, the tenant (allow-listed
+        tenants by name, every other one as "other")."""
+        if self.tenant_labels is None:
+            return provider or NONE, self.model_label(model)
+        shown = tenant if tenant is not None and tenant in self.tenant_labels else OTHER
+        return provider or NONE, self.model_label(model), shown
 
-    def record_usage(self, provider: str | None, model: str | None, usage: Usage, source: str) -> None:
+    def record_usage(
+        self, provider: str | None, model: str | None, usage: Usage, source: str, tenant: str | None = None
+    ) -> None:
         """Adds a Usage as input_tokens_total{source} (``reported`` from the response, ``predicted``)."""
-        base = self.labels(provider, model)
+        base = self.labels(provider, model, tenant)
         for kind, tokens in (
             ("cached", usage.cached),
             ("cache_write", usage.cache_write),

@@ -78,7 +78,7 @@ class CacheRewriter:
         # Only now that the new body goes upstream: the relay edits the stream for it.
         if "stream-usage" in applied:
             flow.metadata[STRIP_USAGE_CHUNK] = True
-        labels = self.metrics.labels(flow.provider, flow.model)
+        labels = self.metrics.labels(flow.provider, flow.model, flow.tenant)
         for name in applied:
             self.metrics.canonicalized_requests.labels(*labels, name).inc()
         return out

@@ -85,7 +85,7 @@ def _check_files(settings: Settings) -> None:
 
 
 def build(settings: Settings) -> Starlette:
-    metrics = Metrics(settings.max_model_labels)
+    metrics = Metrics(settings.max_model_labels, tenant_labels=settings.tenant_labels)
     try:
         # One engine: the optimize-mode rewriter counts tokens with the same table and memo as analysis.
         engine = build_engine(settings, metrics)
