@@ -120,6 +120,7 @@ class Engine:
         wide_index: PrefixIndex | None = None,
         counter: PromptCounter | None = None,
         history_size: int = 4096,
+        history_tokens: int = 2_000_000,
     ) -> None:
         self.table = table or load_model_table()
         self.prices = prices or PriceTable.load()
@@ -128,7 +129,11 @@ class Engine:
         self.wide_index = wide_index or MemoryIndex(max_tokens=5_000_000)
         self.counter = counter or PromptCounter(self.table)
         self._history: OrderedDict[str, HistoryEntry] = OrderedDict()
+        # Earlier prompts are kept whole (text and tokens) for attribution: bounded by count and by
+        # tokens held (~20 bytes a token with text and token tuple), ~40 MiB at the default.
         self._history_size = history_size
+        self._history_tokens = history_tokens
+        self._held_tokens = 0
         self._lock = threading.Lock()
 
     # -- scopes ---------------------------------------------------------------------------------
@@ -155,10 +160,16 @@ class Engine:
 
     def _remember(self, entry: HistoryEntry) -> None:
         with self._lock:
+            old = self._history.pop(entry.entry_id, None)
+            if old is not None:
+                self._held_tokens -= len(old.tokenized.tokens)
             self._history[entry.entry_id] = entry
-            self._history.move_to_end(entry.entry_id)
-            while len(self._history) > self._history_size:
-                self._history.popitem(last=False)
+            self._held_tokens += len(entry.tokenized.tokens)
+            while self._history and (
+                len(self._history) > self._history_size or self._held_tokens > self._history_tokens
+            ):
+                _, dropped = self._history.popitem(last=False)
+                self._held_tokens -= len(dropped.tokenized.tokens)
 
     # -- analysis -------------------------------------------------------------------------------
     def analyse(self, prompt: Prompt, *, tenant: str = "default", now: float | None = None) -> Analysis:

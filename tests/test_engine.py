@@ -160,3 +160,14 @@ def test_anthropic_ttl_classes(engine: Engine, ttl: str, hit: bool) -> None:
     assert (later.prediction.cached_tokens == first.prediction.cache_write_tokens) == hit
     if not hit:
         assert later.prediction.cached_tokens == 0
+
+
+def test_history_is_bounded_by_tokens_held() -> None:
+    engine = Engine(history_tokens=20_000)
+    first = engine.analyse(parse_request(chat(1)), now=0)
+    for turn in range(2, 12):
+        engine.analyse(parse_request(chat(turn)), now=turn)
+    assert engine._held_tokens <= 20_000
+    assert engine.history(first.entry_id, "default") is None
+    latest = engine.analyse(parse_request(chat(12)), now=12)
+    assert engine.history(latest.entry_id, "default") is not None
