@@ -295,9 +295,11 @@ class Proxy:
 
         async def tracking_send(message: Message) -> None:
             nonlocal completed
-            await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
+                # Before the send: a client that reads the last bytes and hangs up at once must not
+                # race this flag and be counted as a mid-stream disconnect.
                 completed = True
+            await send(message)
 
         async def watch(scope_: anyio.CancelScope) -> None:
             # After the body, receive() returns only on disconnect, or (uvicorn) once the response ended.
