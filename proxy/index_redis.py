@@ -39,8 +39,10 @@ its size doubles past ``sweep_fields`` (amortised O(1) a write).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import sys
+import threading
 import uuid
 from array import array
 from collections.abc import Iterable, Sequence
@@ -57,6 +59,8 @@ _DIGEST = 16  # chain digests (key names)
 _FIELD = 8  # record fields: a collision needs two children of one node to meet in 64 bits
 # Records per script call. A call costs ~1 µs a record in Redis; this keeps each one a few ms.
 _CHUNK = 2048
+# Full blocks whose per-position fields are remembered (~150 bytes each, bounded memory: ~10 MB).
+_BLOCK_CACHE = 65536
 _ESCAPE = -(2**63)  # int64 token values are 8 bytes; this one introduces a longer encoding
 
 # KEYS: record hashes. ARGV: value, now, expiry ms, retention s, sweep threshold, then per key its
@@ -70,9 +74,14 @@ for k, key in ipairs(KEYS) do
   for i = 1, #blob, 8 do fields[#fields + 1] = string.sub(blob, i, i + 7) end
   local old = redis.call('HMGET', key, unpack(fields))
   local args = {}
+  -- The fields of a path were mostly written by one insert: parse each distinct old value once.
+  local seen, ok = nil, true
   for i = 1, #fields do
     local o = old[i]
-    if not o or tonumber(string.match(o, '^%S+')) <= now then
+    if o and o ~= seen then
+      seen, ok = o, tonumber(string.match(o, '^%S+')) <= now
+    end
+    if not o or ok then
       args[#args + 1] = fields[i]
       args[#args + 1] = value
     end
@@ -189,6 +198,10 @@ class RedisIndex:
         self._window = max(expired_window_seconds, 0.0)
         self._max_age = max_age_seconds
         self._sweep = max(sweep_fields, 0)
+        # Chain digest of a full block -> the fields of its prefixes (8 bytes each, the block's own
+        # last). Digests only, as in Redis; bounded, oldest first out.
+        self._blocks: dict[bytes, bytes] = {}
+        self._blocks_lock = threading.Lock()
 
     # -- hashing ------------------------------------------------------------------------------------
 
@@ -218,6 +231,15 @@ class RedisIndex:
             at = offsets[end]
             out.append(h.copy().digest()[:_FIELD])
         return out
+
+    def _remember(self, fresh: list[tuple[bytes, bytes]]) -> None:
+        with self._blocks_lock:
+            cache = self._blocks
+            cache.update(fresh)
+            excess = len(cache) - _BLOCK_CACHE
+            if excess > 0:
+                for old in list(itertools.islice(cache, excess)):
+                    del cache[old]
 
     def _nkey(self, node: bytes) -> bytes:
         return self._ns + b":n:" + node
@@ -250,9 +272,8 @@ class RedisIndex:
                     self._r.script_load(script.source)
         raise AssertionError("unreachable")
 
-    def _write(
-        self, groups: list[tuple[bytes, list[bytes]]], value: bytes, now: float, ttl: float | None
-    ) -> None:
+    def _write(self, groups: list[tuple[bytes, bytes]], value: bytes, now: float, ttl: float | None) -> None:
+        """``groups``: (key, its fields concatenated)."""
         if not math.isfinite(now):
             raise ValueError(f"now must be a finite time (got {now!r})")
         px, keep = self._retention_ms(ttl)
@@ -261,10 +282,10 @@ class RedisIndex:
         keys: list[bytes] = []
         args = list(head)
         records = 0
-        for key, fields in groups:
+        for key, blob in groups:
             keys.append(key)
-            args.append(b"".join(fields))
-            records += len(fields)
+            args.append(blob)
+            records += len(blob) // _FIELD
             if records >= _CHUNK:
                 calls.append((_WRITE_SCRIPT, keys, args))
                 keys, args, records = [], list(head), 0
@@ -359,13 +380,28 @@ class RedisIndex:
             return eid
         data, offsets = _encode(toks)
         parent = self._root(scope)
-        groups: list[tuple[bytes, list[bytes]]] = []
-        for s in range(0, n, bs):
-            end = min(s + bs, n)
-            fields = self._fields(parent, data, offsets, s, range(s + 1, end + 1))
-            groups.append((self._nkey(parent), fields))
-            if end - s == bs:
-                parent = self._digest(parent + data[offsets[s] : offsets[end]])
+        groups: list[tuple[bytes, bytes]] = []
+        cache, fresh = self._blocks, []
+        full = n // bs
+        for k in range(full):
+            s = k * bs
+            child = self._digest(parent + data[offsets[s] : offsets[s + bs]])
+            blob = cache.get(child)
+            if blob is None:
+                # The block's fields, ending with the child's own: a conversation's next turn
+                # re-inserts the same blocks, so each is hashed position by position only once.
+                blob = b"".join(self._fields(parent, data, offsets, s, range(s + 1, s + bs)))
+                blob += child[:_FIELD]
+                fresh.append((child, blob))
+            groups.append((self._nkey(parent), blob))
+            parent = child
+        if n > full * bs:
+            s = full * bs
+            groups.append(
+                (self._nkey(parent), b"".join(self._fields(parent, data, offsets, s, range(s + 1, n + 1))))
+            )
+        if fresh:
+            self._remember(fresh)
         self._write(groups, b"%s %d %s" % (repr(now).encode(), n, eid.encode()), now, ttl)
         return eid
 
@@ -383,7 +419,7 @@ class RedisIndex:
         toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
         groups = self._mark_fields(scope, toks, positions)
         if groups:
-            self._write([(k, f) for k, f, _ in groups], repr(now).encode(), now, ttl)
+            self._write([(k, b"".join(f)) for k, f, _ in groups], repr(now).encode(), now, ttl)
 
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
