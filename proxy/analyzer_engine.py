@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .adapters import load_body, parse_request
@@ -74,7 +74,7 @@ class EngineAnalyzer:
         flow.model = flow.model or prompt.model
         if flow.upstream not in ("openai", "anthropic"):
             # A named OpenAI-compatible server: its own tokenizer and cache rules (see build_engine).
-            prompt = replace(prompt, model=f"{flow.upstream}/{prompt.model}", fingerprint="")
+            prompt = prompt.with_model(f"{flow.upstream}/{prompt.model}")
         analysis = self.engine.analyse(prompt, tenant=flow.tenant, now=flow.timings.received_at)
         reasons = attribute(analysis, self.engine.prices)
         flow.metadata["analysis"] = analysis

@@ -22,7 +22,6 @@ Modes (``CacheRules.mode``):
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -169,14 +168,9 @@ def _implicit_active(prompt: Prompt, rules: CacheRules) -> bool:
 
 def _cache_mode(prompt: Prompt) -> str | None:
     """``prompt_cache_options.mode`` (GPT-5.6+); the adapters keep the options as canonical JSON."""
-    raw = prompt.param("prompt_cache_options")
-    if raw is None:
+    if prompt.param("prompt_cache_options") is None:
         return prompt.param(EXPLICIT_MODE_PARAM)
-    try:
-        options = json.loads(raw)
-    except ValueError:
-        return None
-    mode = options.get("mode") if isinstance(options, dict) else None
+    mode = (prompt.param_object("prompt_cache_options") or {}).get("mode")
     return mode if isinstance(mode, str) else None
 
 

@@ -113,16 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 where = f"line {line}: " if len(bodies) > 1 else ""
                 raise RequestError(f"{path}: {where}{exc}") from None
             if args.model:
-                prompt = Prompt(
-                    provider=prompt.provider,
-                    model=args.model,
-                    segments=prompt.segments,
-                    params=prompt.params,
-                    auto_cache=prompt.auto_cache,
-                    previous_response_id=prompt.previous_response_id,
-                    prompt_cache_key=prompt.prompt_cache_key,
-                    stream=prompt.stream,
-                )
+                prompt = prompt.with_model(args.model)
             tokenized = counter.tokenize(prompt)
             if args.format == "json":
                 outputs.append(json.dumps(as_json(prompt, tokenized), ensure_ascii=False))

@@ -61,27 +61,12 @@ class DiffReport:
         return min(units, tp.count)
 
 
-def with_model(prompt: Prompt, model: str | None) -> Prompt:
-    if not model:
-        return prompt
-    # A new Prompt (not dataclasses.replace): the fingerprint must be recomputed for the new model.
-    return Prompt(
-        provider=prompt.provider,
-        model=model,
-        segments=prompt.segments,
-        params=prompt.params,
-        auto_cache=prompt.auto_cache,
-        previous_response_id=prompt.previous_response_id,
-        prompt_cache_key=prompt.prompt_cache_key,
-        stream=prompt.stream,
-    )
-
-
 def parse_body(text: str, label: str, provider: Provider | None, model: str | None) -> Prompt:
     from .adapters import load_body, parse_request
 
     try:
-        return with_model(parse_request(load_body(text), provider=provider), model)
+        prompt = parse_request(load_body(text), provider=provider)
+        return prompt.with_model(model) if model else prompt
     except RequestError as exc:
         raise RequestError(f"{label}: {exc}") from None
 

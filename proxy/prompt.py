@@ -9,7 +9,8 @@ message or a content block. Its ``text`` is what it contributes to the rendered 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 Provider = Literal["openai-chat", "openai-responses", "anthropic"]
@@ -107,3 +108,18 @@ class Prompt:
 
     def param(self, name: str) -> str | None:
         return dict(self.params).get(name)
+
+    def param_object(self, name: str) -> dict[str, object] | None:
+        """A parameter the adapters kept as canonical JSON (e.g. ``prompt_cache_options``), parsed."""
+        raw = self.param(name)
+        if raw is None:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def with_model(self, model: str) -> Prompt:
+        """The same prompt sent to another model (``--model``, a named upstream); fingerprint recomputed."""
+        return replace(self, model=model, fingerprint="")

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .attribution import Reason, attribute, find_divergence
-from .diff_cmd import with_model
 from .engine import Analysis, Engine
 from .errors import CachewardenError
 from .prompt import Prompt, Provider
@@ -212,7 +211,8 @@ def replay(
             if entry is None:
                 continue
             prompt = parse_request(entry.body, provider or entry.provider, model=entry.model)
-            prompt = with_model(prompt, model)
+            if model:
+                prompt = prompt.with_model(model)
             now = clock.tick(entry.timestamp)
             row = analyse_entry(engine, entry, index, now, prompt, entry.tenant or tenant)
         except SkipLine as exc:

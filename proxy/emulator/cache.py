@@ -368,12 +368,5 @@ def _openai_breakpoints(prompt: Prompt, rules: CacheRules) -> tuple[list[tuple[i
 
 
 def _openai_cache_mode(prompt: Prompt) -> str | None:
-    raw = prompt.param("prompt_cache_options")
-    if raw is None:
-        return None
-    try:
-        options = json.loads(raw)
-    except ValueError:
-        return None
-    mode = options.get("mode") if isinstance(options, dict) else None
+    mode = (prompt.param_object("prompt_cache_options") or {}).get("mode")
     return mode if isinstance(mode, str) else None
