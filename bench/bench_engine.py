@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
 
 from cachewarden.proxy.adapters import load_body, parse_request
 from cachewarden.proxy.analyzer_engine import EngineAnalyzer
@@ -34,89 +35,33 @@ from cachewarden.proxy.metrics import Metrics
 from cachewarden.proxy.prompt import Prompt
 from cachewarden.proxy.tokenizers import get_tokenizer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _workload import dumps, text, tool_turn, tools
+
 MODEL = "gpt-4o"
 CONVERSATIONS = 6
 FIRST_TURN = 2  # tool call + result pairs already in the first measured body (~40 KB)
 TURNS = 10  # requests measured per conversation (bodies grow to ~50 KB)
 RUNS = 7
 
-_VOCABULARY = (
-    "the agent must read file call tool result error retry order customer account refund policy "
-    "shipping invoice status pending review approve deny escalate ticket summary context window cache "
-    "prefix token request response stream model latency budget user assistant system function argument "
-    "schema value string integer boolean array object property required optional default format date "
-    "time zone region warehouse inventory product catalog price discount tax currency payment method "
-    "never always only when if then else because therefore however also must should may cannot include"
-)
-_WORDS = tuple(_VOCABULARY.split(" "))
-
-
-def _text(rng: random.Random, size: int) -> str:
-    words: list[str] = []
-    length = 0
-    while length < size:
-        word = rng.choice(_WORDS)
-        if rng.random() < 0.08:
-            word = f"{word}_{rng.randrange(1000)}"
-        if rng.random() < 0.07:
-            word += "."
-        words.append(word)
-        length += len(word) + 1
-    return " ".join(words)
-
-
-def _dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _tools(rng: random.Random, count: int = 14) -> list[dict[str, Any]]:
-    tools = []
-    for i in range(count):
-        props = {
-            f"{rng.choice(_WORDS)}_{j}": {
-                "type": rng.choice(["string", "integer", "boolean"]),
-                "description": _text(rng, 60),
-            }
-            for j in range(5)
-        }
-        tools.append(
-            {
-                "type": "function",
-                "function": {
-                    "name": f"tool_{i}_{rng.choice(_WORDS)}",
-                    "description": _text(rng, 420),
-                    "parameters": {"type": "object", "properties": props, "required": sorted(props)[:2]},
-                },
-            }
-        )
-    return tools
-
 
 def workload(seed: int = 1) -> list[bytes]:
     """The bodies in arrival order: the conversations' requests interleaved round-robin."""
     rng = random.Random(seed)
-    tools = _tools(rng)
-    names = [t["function"]["name"] for t in tools]
-    head = _dumps({"model": MODEL, "tools": tools})[:-1]
-    system = _dumps({"role": "system", "content": _text(rng, 20_000)})
+    defs = tools(rng)
+    names = [t["function"]["name"] for t in defs]
+    head = dumps({"model": MODEL, "tools": defs})[:-1]
+    system = dumps({"role": "system", "content": text(rng, 20_000)})
     conversations: list[list[bytes]] = []
     for c in range(CONVERSATIONS):
-        task = _dumps({"role": "user", "content": f"Conversation {c}. " + _text(rng, 1_800)})
+        task = dumps({"role": "user", "content": f"Conversation {c}. " + text(rng, 1_800)})
         turns: list[str] = []
         bodies = []
         for t in range(FIRST_TURN + TURNS):
             if t >= FIRST_TURN:
                 messages = ",".join([system, task, *turns])
                 bodies.append(f'{head},"messages":[{messages}],"prompt_cache_key":"c-{c}"}}'.encode())
-            call_id = f"call_{c}_{t}"
-            args = _dumps({"query": _text(rng, 80), "limit": rng.randrange(1, 50)})
-            call = {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": rng.choice(names), "arguments": args},
-            }
-            turns.append(_dumps({"role": "assistant", "content": None, "tool_calls": [call]}))
-            turns.append(_dumps({"role": "tool", "tool_call_id": call_id, "content": _text(rng, 760)}))
+            turns += tool_turn(rng, names, f"call_{c}_{t}")
         conversations.append(bodies)
     return [conv[t] for t in range(TURNS) for conv in conversations]
 

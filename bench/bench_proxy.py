@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import math
 import os
 import random
@@ -35,12 +34,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _servers import Server, free_port, python_server
+from _workload import dumps, text, tool_turn, tools
 
 MODEL = "gpt-4o"
 SESSION_TURNS = 12
@@ -48,61 +47,6 @@ CONCURRENCY = 32
 PATHS = ("direct", "bare", "cachewarden")
 GOAL_P50_MS = 1.0
 GOAL_RATIO = 1.5
-
-_VOCABULARY = (
-    "the agent must read file call tool result error retry order customer account refund policy shipping "
-    "invoice status pending review approve deny escalate ticket summary context window cache prefix token "
-    "request response stream model latency budget user assistant system function argument schema value "
-    "string integer boolean array object property required optional default format date time zone region "
-    "warehouse inventory product catalog price discount tax currency payment method card bank transfer "
-    "never always only when if then else because therefore however also must should may cannot include "
-    "exclude before after during until while report explain cite section rule example note warning step"
-)
-_WORDS = tuple(_VOCABULARY.split())
-
-
-# -- workload ---------------------------------------------------------------------------------------
-
-
-def _text(rng: random.Random, size: int) -> str:
-    words: list[str] = []
-    length = 0
-    while length < size:
-        word = rng.choice(_WORDS)
-        if rng.random() < 0.08:
-            word = f"{word}_{rng.randrange(1000)}"
-        words.append(word)
-        length += len(word) + 1
-        if rng.random() < 0.07:
-            words[-1] += "."
-    return " ".join(words)
-
-
-def _tools(rng: random.Random, count: int = 14) -> list[dict[str, Any]]:
-    tools: list[dict[str, Any]] = []
-    for i in range(count):
-        props = {
-            f"{rng.choice(_WORDS)}_{j}": {
-                "type": rng.choice(["string", "integer", "boolean"]),
-                "description": _text(rng, 60),
-            }
-            for j in range(5)
-        }
-        tools.append(
-            {
-                "type": "function",
-                "function": {
-                    "name": f"tool_{i}_{rng.choice(_WORDS)}",
-                    "description": _text(rng, 420),
-                    "parameters": {"type": "object", "properties": props, "required": sorted(props)[:2]},
-                },
-            }
-        )
-    return tools
-
-
-def _dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 class Workload:
@@ -114,40 +58,23 @@ class Workload:
         head = {"model": MODEL, "max_tokens": 64}
         if stream:
             head |= {"stream": True, "stream_options": {"include_usage": True}}
-        head["tools"] = tools = _tools(rng)
-        self._tool_names = [t["function"]["name"] for t in tools]
-        system = _dumps({"role": "system", "content": _text(rng, 20_000)})
+        head["tools"] = defs = tools(rng)
+        self._tool_names = [t["function"]["name"] for t in defs]
+        system = dumps({"role": "system", "content": text(rng, 20_000)})
         # Messages last: appending a turn keeps every earlier byte of the body.
-        self._head = _dumps(head)[:-1] + ',"messages":[' + system
+        self._head = dumps(head)[:-1] + ',"messages":[' + system
         self._seed = seed
 
     def session(self, worker: int, number: int) -> list[bytes]:
         rng = random.Random(f"{self._seed}/{worker}/{number}")
-        task = _dumps({"role": "user", "content": f"Session {worker}-{number}. " + _text(rng, 1_800)})
+        task = dumps({"role": "user", "content": f"Session {worker}-{number}. " + text(rng, 1_800)})
         # Per conversation, as coding agents send it: the provider's (and the emulator's) cache scope.
         tail = f'],"prompt_cache_key":"s-{worker}-{number}"}}'
         turns: list[str] = []
         bodies = []
         for t in range(SESSION_TURNS):
             bodies.append((self._head + "," + ",".join([task, *turns]) + tail).encode())
-            call_id = f"call_{worker}_{number}_{t}"
-            args = _dumps({"query": _text(rng, 80), "limit": rng.randrange(1, 50)})
-            turns.append(
-                _dumps(
-                    {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [
-                            {
-                                "id": call_id,
-                                "type": "function",
-                                "function": {"name": rng.choice(self._tool_names), "arguments": args},
-                            }
-                        ],
-                    }
-                )
-            )
-            turns.append(_dumps({"role": "tool", "tool_call_id": call_id, "content": _text(rng, 760)}))
+            turns += tool_turn(rng, self._tool_names, f"call_{worker}_{number}_{t}")
         return bodies
 
     def bodies(self, worker: int, count: int) -> list[bytes]:
@@ -492,9 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"goal {name + ':':<19} +{add:.2f} ms p50 (< {GOAL_P50_MS:g}), {ratio:.2f}x bare's added p50 "
             f"(<= {GOAL_RATIO:g}x; p99 {ratio99:.2f}x): {'met' if met else 'MISSED'}"
         )
-    for name, text in logs.items():
-        if text:
-            print(f"--- {name} log (tail) ---\n{text}")
+    for name, tail in logs.items():
+        if tail:
+            print(f"--- {name} log (tail) ---\n{tail}")
     print(f"(servers up and measuring: {measured:.0f} s; load average now {os.getloadavg()[0]:.1f})")
     return 0
 
