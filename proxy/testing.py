@@ -2,7 +2,8 @@
 
 ``serve`` runs an ASGI app (the proxy, the emulator, a fake upstream) under uvicorn in a daemon
 thread on a loopback port and returns once it accepts connections; ``scrape`` reads a server's
-``/metrics`` into a dict and ``metric_sum`` adds up the samples of one metric (``metric`` does both)::
+``/metrics`` into a dict and ``metric_sum`` adds up the samples of one metric (``metric`` does both);
+``command`` runs a ``cachewarden`` command in a process of its own::
 
     with serving(create_emulator(), "emulator") as emulator:
         settings = Settings(openai_upstream=emulator.url, anthropic_upstream=emulator.url)
@@ -13,7 +14,10 @@ thread on a loopback port and returns once it accepts connections; ``scrape`` re
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -125,6 +129,46 @@ def serving(
         yield served
     finally:
         served.stop(stop_timeout)
+
+
+@contextmanager
+def command(
+    args: list[str], port: int, *, ready: str = "/healthz", timeout: float = 30, stop_timeout: float = 15
+) -> Iterator[tuple[str, int]]:
+    """``cachewarden ARGS…`` in a process of its own (its own GIL), listening on ``port``: yields
+    (url, pid) once ``ready`` answers 200, and terminates the process on the way out.
+
+    ``CACHEWARDEN_*`` variables of the caller's environment are not passed on, so a test starts the
+    command it wrote and nothing else."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWARDEN_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cachewarden.proxy.cli", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise ServeError(f"cachewarden {args[0]}", None)
+            if time.monotonic() > deadline:
+                raise ServeError(f"cachewarden {args[0]}", timeout)
+            try:
+                if httpx.get(url + ready, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(stop_timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def scrape(url: str, timeout: float = 10) -> Samples:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from cachewarden.proxy.metrics import Metrics
 from cachewarden.proxy.testing import (
     Served,
     ServeError,
+    command,
     free_port,
     metric,
     metric_sum,
@@ -119,3 +121,18 @@ def test_scrape_a_metrics_registry() -> None:
 def test_the_harness_imports_without_pytest() -> None:
     code = "import sys, cachewarden.proxy.testing; sys.exit('pytest' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_command_runs_a_cachewarden_command_in_its_own_process() -> None:
+    port = free_port()
+    with command(["emulate", "--port", str(port)], port) as (url, pid):
+        assert httpx.get(url + "/healthz", timeout=5).status_code == 200
+        assert pid != os.getpid()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/healthz", timeout=2)
+
+
+def test_command_that_exits_is_a_serve_error() -> None:
+    port = free_port()
+    with pytest.raises(ServeError, match="did not start"), command(["emulate", "--port", "not-a-port"], port):
+        pass

@@ -10,10 +10,7 @@ stalled analysis never delays a response.
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,7 +25,7 @@ from cachewarden.proxy.config import Settings
 from cachewarden.proxy.counting import PromptCounter
 from cachewarden.proxy.index import MemoryIndex
 from cachewarden.proxy.server_cmd import build
-from cachewarden.proxy.testing import free_port, metric, serve
+from cachewarden.proxy.testing import command, free_port, metric, serve
 
 REQUESTS = 50
 STALL = 2.0
@@ -40,29 +37,8 @@ POLICY = "\n".join(
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[str]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWARDEN_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cachewarden.proxy.cli", "emulate", "--port", str(port)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, "emulator exited"
-            assert time.monotonic() < deadline, "emulator did not start"
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+    with command(["emulate", "--port", str(port)], port) as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @dataclass

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from cachewarden.proxy.testing import free_port, serve
+from cachewarden.proxy.testing import command, free_port, serve
 
 CLIENTS = 100
 HOLD = 10.0
@@ -61,31 +58,14 @@ def rss_mib(pid: int) -> float:
 def proxy() -> Iterator[tuple[str, int]]:
     upstream = serve(slow_upstream, "upstream", lifespan="off", backlog=1024)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWARDEN_")}
     up = upstream.url
-    argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(
-        [sys.executable, *argv, "--openai-upstream", up, "--anthropic-upstream", up],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
+    args = ["proxy", "--port", str(port), "--log-level", "warning"]
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, "proxy exited"
-            assert time.monotonic() < deadline, "proxy did not start"
-            try:
-                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        yield url, proc.pid
+        with command(
+            [*args, "--openai-upstream", up, "--anthropic-upstream", up], port, ready="/readyz"
+        ) as out:
+            yield out
     finally:
-        proc.terminate()
-        proc.wait(15)
         upstream.stop(15)
 
 
