@@ -52,7 +52,6 @@ def test_reported_usage_pulls_the_ratio_towards_the_truth() -> None:
     first = _flow(_body(0), 0)
     analyzer.request(first)
     predicted = first.metadata["analysis"].tokenized.count
-    stream = len(first.metadata["analysis"].tokenized.tokens)
     start_ratio = first.metadata["analysis"].tokenized.ratio
     # The provider reports 30% more input tokens than the shipped ratio predicts.
     truth = round(predicted * 1.3)
@@ -68,7 +67,6 @@ def test_reported_usage_pulls_the_ratio_towards_the_truth() -> None:
     final = _flow(_body(99), 99)
     analyzer.request(final)
     assert abs(final.metadata["analysis"].tokenized.count - truth) / truth < 0.05
-    assert stream > 0
 
 
 def test_exact_tokenizers_are_not_calibrated() -> None:
