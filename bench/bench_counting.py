@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cachewarden.proxy import adapters
-from cachewarden.proxy.counting import PromptCounter
-from cachewarden.proxy.errors import CachewardenError
-from cachewarden.proxy.models import load_model_table
-from cachewarden.proxy.prompt import Prompt
+from cachewarden.proxy.engine import adapters
+from cachewarden.proxy.engine.counting import PromptCounter
+from cachewarden.proxy.engine.errors import CachewardenError
+from cachewarden.proxy.engine.models import load_model_table
+from cachewarden.proxy.engine.prompt import Prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT.parent / "shared" / "data" / "recorded" / "interactions.jsonl"

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.attribution import attribute
-from cachewarden.proxy.diff_cmd import DiffReport, diff_prompts
-from cachewarden.proxy.engine import Engine
-from cachewarden.proxy.models import load_model_table
-from cachewarden.proxy.pricing import PriceTable
+from cachewarden.proxy.cli.diff import DiffReport, diff_prompts
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.models import load_model_table
+from cachewarden.proxy.engine.pricing import PriceTable
+from cachewarden.proxy.explain.attribution import attribute
 
 TARGET_BYTES = 400_000
 

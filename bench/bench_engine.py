@@ -26,14 +26,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cachewarden.proxy.adapters import load_body, parse_request
-from cachewarden.proxy.analyzer_engine import EngineAnalyzer
-from cachewarden.proxy.attribution import attribute
-from cachewarden.proxy.engine import Analysis, Engine
-from cachewarden.proxy.hooks import Flow, Timings
-from cachewarden.proxy.metrics import Metrics
-from cachewarden.proxy.prompt import Prompt
-from cachewarden.proxy.tokenizers import get_tokenizer
+from cachewarden.proxy.engine.adapters import load_body, parse_request
+from cachewarden.proxy.engine.engine import Analysis, Engine
+from cachewarden.proxy.engine.prompt import Prompt
+from cachewarden.proxy.engine.tokenizers import get_tokenizer
+from cachewarden.proxy.explain.attribution import attribute
+from cachewarden.proxy.server.analysis import EngineAnalyzer
+from cachewarden.proxy.server.hooks import Flow, Timings
+from cachewarden.proxy.server.metrics import Metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _workload import dumps, text, tool_turn, tools

@@ -16,7 +16,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
-from cachewarden.proxy.index import MemoryIndex
+from cachewarden.proxy.engine.index.memory import MemoryIndex
 
 SCOPE = "tenant|openai-chat|gpt-4o|{}"
 VOCAB = 200_000

@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.engine import Engine
-from cachewarden.proxy.index import MemoryIndex, PrefixIndex
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.index.memory import MemoryIndex, PrefixIndex
 
 SCOPE = "tenant\x1fopenai\x1fgpt-4o\x1f"
 VOCAB = 200_000
@@ -141,8 +141,8 @@ def main() -> int:
     except ImportError:
         print("skipped: the redis package is not installed (pip install 'cachewarden[redis]')")
         return 0
-    from cachewarden.proxy.index_factory import open_index
-    from cachewarden.proxy.index_redis import RedisIndex
+    from cachewarden.proxy.engine.index.open_index import open_index
+    from cachewarden.proxy.engine.index.redis import RedisIndex
 
     with redis_server() as url:
         backends: dict[str, Callable[[], PrefixIndex]] = {

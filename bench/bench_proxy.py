@@ -232,12 +232,12 @@ def scrape(url: str) -> dict[str, float]:
 def engine_throughput(bodies: Sequence[bytes], seconds: float) -> tuple[float, float]:
     """Requests per second through parse_request + Engine.analyse, then through the proxy's whole
     request hook (EngineAnalyzer.request: + attribution, live rules, metrics)."""
-    from cachewarden.proxy.adapters import load_body, parse_request
-    from cachewarden.proxy.analyzer_engine import EngineAnalyzer
-    from cachewarden.proxy.engine import Engine
-    from cachewarden.proxy.hooks import Flow, Timings
-    from cachewarden.proxy.live_rules import LiveRules
-    from cachewarden.proxy.metrics import Metrics
+    from cachewarden.proxy.engine.adapters import load_body, parse_request
+    from cachewarden.proxy.engine.engine import Engine
+    from cachewarden.proxy.server.analysis import EngineAnalyzer
+    from cachewarden.proxy.server.hooks import Flow, Timings
+    from cachewarden.proxy.server.live_rules import LiveRules
+    from cachewarden.proxy.server.metrics import Metrics
 
     def run(step: Callable[[int, bytes], None]) -> float:
         step(0, bodies[0])  # warm up: tokenizer, rule files

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cachewarden.proxy.engine import Engine
-from cachewarden.proxy.replay import Report, Row, replay
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.replay.replayer import Report, Row, replay
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 TRACES = DATA / "traces"

@@ -24,10 +24,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.engine import Engine
-from cachewarden.proxy.index import MemoryIndex
-from cachewarden.proxy.prompt import Prompt
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.index.memory import MemoryIndex
+from cachewarden.proxy.engine.prompt import Prompt
 
 WORDS = [
     "booking",

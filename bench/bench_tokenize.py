@@ -16,11 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 import tiktoken
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.counting import PromptCounter
-from cachewarden.proxy.models import load_model_table
-from cachewarden.proxy.prompt import Prompt
-from cachewarden.proxy.tokenizers import get_tokenizer
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.counting import PromptCounter
+from cachewarden.proxy.engine.models import load_model_table
+from cachewarden.proxy.engine.prompt import Prompt
+from cachewarden.proxy.engine.tokenizers import get_tokenizer
 
 # Mixed vocabulary (words, non-ASCII, dates, hex, JSON) so the text is not one tokenizer fast path.
 WORDS = (

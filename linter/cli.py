@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from cachewarden.proxy.errors import CachewardenError, ConfigError
+from cachewarden.proxy.engine.errors import CachewardenError, ConfigError
 
 from . import report_github, report_json, report_sarif, report_text
 from .config import FileConfig, load_config

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachewarden.proxy.errors import ConfigError
+from cachewarden.proxy.engine.errors import ConfigError
 
 _KEYS = {"select", "ignore", "per-file-ignores", "model", "exclude", "tojson-sort-keys"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cachewarden.proxy.models import ModelInfo
+from cachewarden.proxy.engine.models import ModelInfo
 
 from .sources import Source
 from .tokens import count_tokens, model_info

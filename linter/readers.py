@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import jinja2
-from cachewarden.proxy.errors import CachewardenError
+from cachewarden.proxy.engine.errors import CachewardenError
 
 from .checks_request import check_body
 from .checks_template import check_template, system_ranges

@@ -14,7 +14,7 @@ from importlib.resources import files
 from typing import Any, cast
 
 import yaml
-from cachewarden.proxy.errors import ConfigError
+from cachewarden.proxy.engine.errors import ConfigError
 
 from .findings import Applicability, Severity
 

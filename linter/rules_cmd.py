@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from cachewarden.proxy.errors import CachewardenError
+from cachewarden.proxy.engine.errors import CachewardenError
 
 from .rulebook import Rule, load_rules
 

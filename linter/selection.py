@@ -6,7 +6,7 @@ import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from cachewarden.proxy.errors import ConfigError
+from cachewarden.proxy.engine.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 
-from cachewarden.proxy.models import ModelInfo, load_model_table
-from cachewarden.proxy.tokenizers import get_tokenizer
+from cachewarden.proxy.engine.models import ModelInfo, load_model_table
+from cachewarden.proxy.engine.tokenizers import get_tokenizer
 
 DEFAULT_MODEL = "gpt-4o"
 

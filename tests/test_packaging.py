@@ -27,10 +27,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 def test_wheel_holds_code_and_data(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     for required in (
-        "cachewarden/proxy/cli.py",
-        "cachewarden/proxy/prompt.py",
-        "cachewarden/proxy/models.py",
-        "cachewarden/proxy/adapters/__init__.py",
+        "cachewarden/proxy/cli/__init__.py",
+        "cachewarden/proxy/engine/prompt.py",
+        "cachewarden/proxy/engine/models.py",
+        "cachewarden/proxy/engine/adapters/__init__.py",
         "cachewarden/linter/__init__.py",
         "cachewarden/rules/__init__.py",
         "cachewarden/rules/models.yaml",
@@ -40,6 +40,16 @@ def test_wheel_holds_code_and_data(wheel: zipfile.ZipFile) -> None:
     ):
         assert required in names, required
     assert any(n.startswith("cachewarden/rules/CW") and n.endswith(".yaml") for n in names), "no rule files"
+
+
+def test_wheel_carries_every_module_of_the_source_tree(wheel: zipfile.ZipFile) -> None:
+    # pyproject lists the packages one by one (setuptools maps folders into the namespace): a new
+    # subpackage missing from that list would be left out of the wheel silently.
+    names = set(wheel.namelist())
+    for folder, namespace in (("proxy", "cachewarden/proxy"), ("linter", "cachewarden/linter")):
+        for source in (ROOT / folder).rglob("*.py"):
+            installed = f"{namespace}/{source.relative_to(ROOT / folder).as_posix()}"
+            assert installed in names, installed
 
 
 def test_wheel_installs_no_generic_top_level_names(wheel: zipfile.ZipFile) -> None:

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 import uvicorn
-from cachewarden.proxy.metrics import Metrics
+from cachewarden.proxy.server.metrics import Metrics
 from cachewarden.proxy.testing import (
     Served,
     ServeError,

@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from cachewarden.proxy.adapters import load_body, parse_request
-from cachewarden.proxy.errors import CachewardenError, RequestError
-from cachewarden.proxy.models import ModelTable, load_model_table
-from cachewarden.proxy.prompt import Prompt, Provider
+from cachewarden.proxy.engine.adapters import load_body, parse_request
+from cachewarden.proxy.engine.errors import CachewardenError, RequestError
+from cachewarden.proxy.engine.models import ModelTable, load_model_table
+from cachewarden.proxy.engine.prompt import Prompt, Provider
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cachewarden.proxy.prompt import Provider
+from cachewarden.proxy.engine.prompt import Provider
 
 from .cache import ReferenceUsage
 from .completions import Completion

@@ -27,9 +27,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cachewarden.proxy.counting import TokenizedPrompt, framing_for, provider_count
-from cachewarden.proxy.models import CacheRules
-from cachewarden.proxy.prompt import CacheControl, Prompt, Segment
+from cachewarden.proxy.engine.counting import TokenizedPrompt, framing_for, provider_count
+from cachewarden.proxy.engine.models import CacheRules
+from cachewarden.proxy.engine.prompt import CacheControl, Prompt, Segment
 
 # OpenAI ``prompt_cache_retention: "24h"`` (extended retention): entries live up to 24 hours.
 EXTENDED_RETENTION_SECONDS = 86_400.0

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cachewarden.proxy.prompt import Provider
+from cachewarden.proxy.engine.prompt import Provider
 
 _WORDS = [
     "the",

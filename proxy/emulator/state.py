@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachewarden.proxy.counting import PromptCounter
-from cachewarden.proxy.models import ModelTable, load_model_table
+from cachewarden.proxy.engine.counting import PromptCounter
+from cachewarden.proxy.engine.models import ModelTable, load_model_table
 
 from .cache import ReferenceCache
 from .latency import LatencyModel

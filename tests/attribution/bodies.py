@@ -279,9 +279,9 @@ _SHARED: dict[str, Any] = {}
 
 
 def engine() -> Any:
-    from cachewarden.proxy.engine import Engine
-    from cachewarden.proxy.models import load_model_table
-    from cachewarden.proxy.pricing import PriceTable
+    from cachewarden.proxy.engine.engine import Engine
+    from cachewarden.proxy.engine.models import load_model_table
+    from cachewarden.proxy.engine.pricing import PriceTable
 
     if not _SHARED:
         _SHARED["table"] = load_model_table()
@@ -291,8 +291,8 @@ def engine() -> Any:
 
 def diff(fmt: str | None, previous: Body, next_: Body) -> Any:
     """The DiffReport of two bodies (``fmt`` None: inferred from each body)."""
-    from cachewarden.proxy.adapters import parse_request
-    from cachewarden.proxy.diff_cmd import diff_prompts
+    from cachewarden.proxy.cli.diff import diff_prompts
+    from cachewarden.proxy.engine.adapters import parse_request
 
     return diff_prompts(parse_request(previous, fmt), parse_request(next_, fmt), engine())  # type: ignore[arg-type]
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from bodies import FORMATS, NEXT_TURNS, TURNS, build, codes, diff, engine
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.attribution import attribute
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.explain.attribution import attribute
 
 LONGER = TURNS + NEXT_TURNS
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from bodies import NEXT_TURNS, POLICY, TURNS, build, with_system
 from cachewarden.proxy import cli
-from cachewarden.proxy.diff_cmd import main
+from cachewarden.proxy.cli.diff import main
 
 LONGER = TURNS + NEXT_TURNS
 

@@ -489,7 +489,7 @@ def test_tools_reordered_and_timestamp_in_system(fmt: str) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_reasons_json_shape(fmt: str) -> None:
-    from cachewarden.proxy.diff_cmd import as_json
+    from cachewarden.proxy.cli.diff import as_json
 
     report = diff(
         fmt, with_system(fmt, "Now: 10:30\n" + POLICY), with_system(fmt, "Now: 10:31\n" + POLICY, LONGER)

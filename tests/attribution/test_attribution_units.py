@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from cachewarden.proxy.attribution import (
+from cachewarden.proxy.engine.prompt import CacheControl, Prompt, Segment
+from cachewarden.proxy.explain.attribution import (
     FIXES,
     attribute_pair,
     find_divergence,
@@ -13,9 +14,8 @@ from cachewarden.proxy.attribution import (
     shared_chars,
     text_regions,
 )
-from cachewarden.proxy.prompt import CacheControl, Prompt, Segment
-from cachewarden.proxy.textdiff import caret_view, common_prefix, common_suffix, context_line
-from cachewarden.proxy.volatile import span_covering, timestamp_spans, unique_id_spans
+from cachewarden.proxy.explain.textdiff import caret_view, common_prefix, common_suffix, context_line
+from cachewarden.proxy.explain.volatile import span_covering, timestamp_spans, unique_id_spans
 
 REASON_CODES = {
     "cold", "expired", "model-changed", "params-changed", "tools-changed", "tools-reordered", "key-order",

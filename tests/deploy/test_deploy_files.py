@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cachewarden.proxy.config import load_settings
+from cachewarden.proxy.server.config import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

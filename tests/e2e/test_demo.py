@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cachewarden.proxy import demo
-from cachewarden.proxy.demo_workload import BUSTER_REASONS, PHASES, TOOLS, build_workload
+from cachewarden.proxy.cli import demo
+from cachewarden.proxy.cli.demo_workload import BUSTER_REASONS, PHASES, TOOLS, build_workload
 from starlette.applications import Starlette
 
 URL = re.compile(r"http://127\.0\.0\.1:(\d+)")

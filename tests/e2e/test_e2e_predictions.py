@@ -16,9 +16,9 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from cachewarden.proxy.config import Settings
+from cachewarden.proxy.cli.proxy import build
 from cachewarden.proxy.emulator.app import create_app as create_emulator
-from cachewarden.proxy.server_cmd import build
+from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.testing import metric, scrape, serving
 
 POLICY = "\n".join(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import anthropic
 import openai
 import pytest
-from cachewarden.proxy.emulator import cli
+from cachewarden.proxy.cli import emulate as cli
 from cachewarden.proxy.emulator.app import create_app
 from cachewarden.proxy.emulator.cache import ReferenceUsage
 from cachewarden.proxy.emulator.faults import Fault, FaultSyntaxError, parse_fault

@@ -6,11 +6,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.counting import PromptCounter
 from cachewarden.proxy.emulator.cache import CacheRequestError, ReferenceCache, ReferenceUsage, common_prefix
-from cachewarden.proxy.models import load_model_table
-from cachewarden.proxy.prompt import Provider
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.counting import PromptCounter
+from cachewarden.proxy.engine.models import load_model_table
+from cachewarden.proxy.engine.prompt import Provider
 
 TABLE = load_model_table()
 COUNTER = PromptCounter(TABLE)

@@ -74,7 +74,7 @@ def test_bad_rule_files_are_rejected(patch: dict[str, object], problem: str) -> 
 
     import yaml
     from cachewarden.linter.rulebook import load_text
-    from cachewarden.proxy.errors import ConfigError
+    from cachewarden.proxy.engine.errors import ConfigError
 
     rule = RULES["CW101"]
     raw = yaml.safe_load(

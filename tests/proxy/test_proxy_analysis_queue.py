@@ -7,11 +7,11 @@ import threading
 
 import httpx
 import pytest
-from cachewarden.proxy.analysis_queue import AnalysisQueue
-from cachewarden.proxy.app import create_app
-from cachewarden.proxy.config import Settings
-from cachewarden.proxy.hooks import Flow
-from cachewarden.proxy.metrics import Metrics
+from cachewarden.proxy.server.analysis_queue import AnalysisQueue
+from cachewarden.proxy.server.app import create_app
+from cachewarden.proxy.server.config import Settings
+from cachewarden.proxy.server.hooks import Flow
+from cachewarden.proxy.server.metrics import Metrics
 
 
 def test_backlog_drops_droppable_work_only() -> None:

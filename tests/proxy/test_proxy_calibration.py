@@ -6,11 +6,11 @@ import json
 import time
 from typing import Any
 
-from cachewarden.proxy.analyzer_engine import EngineAnalyzer
-from cachewarden.proxy.engine import Engine
-from cachewarden.proxy.hooks import Flow, Timings
-from cachewarden.proxy.metrics import Metrics
-from cachewarden.proxy.usage import Usage
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.usage import Usage
+from cachewarden.proxy.server.analysis import EngineAnalyzer
+from cachewarden.proxy.server.hooks import Flow, Timings
+from cachewarden.proxy.server.metrics import Metrics
 
 POLICY = " ".join(f"Clause {i} covers refunds for fare class {i % 7}." for i in range(400))
 

@@ -10,8 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
-from cachewarden.proxy.app import create_app
-from cachewarden.proxy.canonicalize import (
+from cachewarden.proxy.cli.proxy import build
+from cachewarden.proxy.engine.errors import ConfigError
+from cachewarden.proxy.engine.prompt import Provider
+from cachewarden.proxy.server.app import create_app
+from cachewarden.proxy.server.config import Settings, load_settings
+from cachewarden.proxy.server.hooks import Flow, Timings
+from cachewarden.proxy.server.metrics import Metrics
+from cachewarden.proxy.server.transforms.canonicalize import (
     SAFE_TRANSFORMS,
     TRANSFORMS,
     UNSAFE_TRANSFORMS,
@@ -26,13 +32,7 @@ from cachewarden.proxy.canonicalize import (
     tool_order,
     tool_schema_keys,
 )
-from cachewarden.proxy.config import Settings, load_settings
-from cachewarden.proxy.errors import ConfigError
-from cachewarden.proxy.hooks import Flow, Timings
-from cachewarden.proxy.metrics import Metrics
-from cachewarden.proxy.prompt import Provider
-from cachewarden.proxy.rewriter import CacheRewriter, build_rewriter
-from cachewarden.proxy.server_cmd import build
+from cachewarden.proxy.server.transforms.rewriter import CacheRewriter, build_rewriter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -527,7 +527,7 @@ def test_rewriter_leaves_passthrough_routes_alone() -> None:
 
 
 def test_build_rewriter_per_mode() -> None:
-    from cachewarden.proxy.engine import Engine
+    from cachewarden.proxy.engine.engine import Engine
 
     engine = Engine()
     assert build_rewriter(Settings(mode="observe"), Metrics(), engine) is None

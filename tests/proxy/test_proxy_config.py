@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cachewarden.proxy import server_cmd
-from cachewarden.proxy.config import NamedUpstream, Settings, load_settings
-from cachewarden.proxy.errors import ConfigError
+from cachewarden.proxy.cli import proxy as server_cmd
+from cachewarden.proxy.engine.errors import ConfigError
+from cachewarden.proxy.server.config import NamedUpstream, Settings, load_settings
 
 
 def test_defaults() -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from cachewarden.proxy.app import create_app
-from cachewarden.proxy.config import NamedUpstream, Settings
-from cachewarden.proxy.hooks import Flow, ReportedUsage
-from cachewarden.proxy.metrics import Metrics
+from cachewarden.proxy.server.app import create_app
+from cachewarden.proxy.server.config import NamedUpstream, Settings
+from cachewarden.proxy.server.hooks import Flow, ReportedUsage
+from cachewarden.proxy.server.metrics import Metrics
 
 pytestmark = pytest.mark.anyio
 

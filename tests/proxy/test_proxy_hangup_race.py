@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import httpx
-from cachewarden.proxy.app import create_app
-from cachewarden.proxy.config import Settings
-from cachewarden.proxy.metrics import Metrics
+from cachewarden.proxy.server.app import create_app
+from cachewarden.proxy.server.config import Settings
+from cachewarden.proxy.server.metrics import Metrics
 
 
 def test_hangup_right_after_the_last_byte_counts_as_200() -> None:

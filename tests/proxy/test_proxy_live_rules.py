@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from cachewarden.proxy import live_rules
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.live_rules import LiveRules
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.server import live_rules
+from cachewarden.proxy.server.live_rules import LiveRules
 
 SYSTEM = "You are the booking agent.\n" + "Follow the refund policy in every answer.\n" * 40
 

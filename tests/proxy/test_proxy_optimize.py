@@ -14,12 +14,14 @@ import anthropic
 import httpx
 import openai
 import pytest
-from cachewarden.proxy.config import Settings
+from cachewarden.proxy.cli.proxy import build
 from cachewarden.proxy.emulator.app import create_app as create_emulator
-from cachewarden.proxy.engine import Engine
-from cachewarden.proxy.hooks import Flow, Timings
-from cachewarden.proxy.metrics import Metrics
-from cachewarden.proxy.optimize import (
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.prompt import Provider
+from cachewarden.proxy.server.config import Settings
+from cachewarden.proxy.server.hooks import Flow, Timings
+from cachewarden.proxy.server.metrics import Metrics
+from cachewarden.proxy.server.transforms.optimize import (
     STRIP_USAGE_CHUNK,
     BreakpointPlanner,
     Optimizer,
@@ -31,9 +33,7 @@ from cachewarden.proxy.optimize import (
     identity_encoding,
     request_stream_usage,
 )
-from cachewarden.proxy.prompt import Provider
-from cachewarden.proxy.rewriter import CacheRewriter
-from cachewarden.proxy.server_cmd import build
+from cachewarden.proxy.server.transforms.rewriter import CacheRewriter
 from cachewarden.proxy.testing import metric_sum, scrape, serving
 
 MODEL = "claude-sonnet-5"  # minimum cacheable prefix: 1024 tokens in the model table

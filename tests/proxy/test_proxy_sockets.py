@@ -17,9 +17,9 @@ import anyio.to_thread
 import httpx
 import openai
 import pytest
-from cachewarden.proxy.app import create_app
-from cachewarden.proxy.config import Settings
-from cachewarden.proxy.server_cmd import _DrainingServer
+from cachewarden.proxy.cli.proxy import _DrainingServer
+from cachewarden.proxy.server.app import create_app
+from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.testing import Served, serving
 
 CHAT_USAGE = {"prompt_tokens": 2006, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 1920}}

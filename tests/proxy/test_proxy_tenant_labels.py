@@ -6,10 +6,10 @@ import asyncio
 
 import httpx
 import pytest
-from cachewarden.proxy.app import create_app
-from cachewarden.proxy.config import Settings, load_settings
-from cachewarden.proxy.errors import ConfigError
-from cachewarden.proxy.metrics import Metrics
+from cachewarden.proxy.engine.errors import ConfigError
+from cachewarden.proxy.server.app import create_app
+from cachewarden.proxy.server.config import Settings, load_settings
+from cachewarden.proxy.server.metrics import Metrics
 
 BODY = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hello"}]}
 

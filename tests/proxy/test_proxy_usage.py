@@ -7,7 +7,13 @@ import json
 from collections.abc import Iterable
 
 import pytest
-from cachewarden.proxy.usage import SseParser, Usage, UsageTracker, usage_from_anthropic, usage_from_openai
+from cachewarden.proxy.engine.usage import (
+    SseParser,
+    Usage,
+    UsageTracker,
+    usage_from_anthropic,
+    usage_from_openai,
+)
 
 CHAT_USAGE = {
     "prompt_tokens": 2006,

@@ -1,4 +1,4 @@
-"""RedisIndex against a real redis-server: the brute-force reference of tests/test_index.py, edges,
+"""RedisIndex against a real redis-server: the brute-force reference of tests/engine/test_index.py, edges,
 expiry, isolation, and what is (not) stored."""
 
 from __future__ import annotations
@@ -13,21 +13,21 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from cachewarden.proxy.index import MemoryIndex, PrefixIndex
-from cachewarden.proxy.index_factory import open_index
-from cachewarden.proxy.index_resilient import ResilientIndex
+from cachewarden.proxy.engine.index.memory import MemoryIndex, PrefixIndex
+from cachewarden.proxy.engine.index.open_index import open_index
+from cachewarden.proxy.engine.index.resilient import ResilientIndex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 redis = pytest.importorskip(
     "redis", reason="the redis package is not installed (pip install 'cachewarden[redis]')"
 )
-from cachewarden.proxy.index_redis import RedisIndex  # noqa: E402
+from cachewarden.proxy.engine.index.redis import RedisIndex  # noqa: E402
 
 
 def _reference_module() -> ModuleType:
-    """tests/test_index.py by path: one reference for both backends (tests/ is not a package)."""
-    path = Path(__file__).resolve().parents[1] / "test_index.py"
+    """tests/engine/test_index.py by path: one reference for both backends (tests/ is not a package)."""
+    path = Path(__file__).resolve().parents[1] / "engine" / "test_index.py"
     spec = importlib.util.spec_from_file_location("_cachewarden_index_reference", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -45,7 +45,7 @@ def _index(server: Any, **kw: Any) -> RedisIndex:
 
 
 def _agrees(index: PrefixIndex, ops: list[tuple[object, ...]]) -> None:
-    """The exact branch of tests/test_index.py's ``_run``, for any backend."""
+    """The exact branch of tests/engine/test_index.py's ``_run``, for any backend."""
     ref = REF.Reference()
     now = 0.0
     inserted: dict[str, list[list[int]]] = {s: [] for s in REF.SCOPES}
@@ -266,7 +266,7 @@ def test_stores_hashes_timestamps_lengths_and_ids_only(redis_url: str, redis_ser
 def test_hashes_do_not_depend_on_the_process(redis_url: str, redis_server: Any) -> None:
     # Replicas are separate processes with their own str-hash salt: the keys must not change.
     code = (
-        "import redis, sys; from cachewarden.proxy.index_redis import RedisIndex;"
+        "import redis, sys; from cachewarden.proxy.engine.index.redis import RedisIndex;"
         f"RedisIndex(redis.Redis(port={redis_server.port})).insert('s', list(range(50)), now=0, entry_id='x')"
     )
     for seed in ("1", "2"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import pytest
-from cachewarden.proxy.index import IndexStats, Match, MemoryIndex
-from cachewarden.proxy.index_resilient import ResilientIndex
+from cachewarden.proxy.engine.index.memory import IndexStats, Match, MemoryIndex
+from cachewarden.proxy.engine.index.resilient import ResilientIndex
 
 
 class Flaky:

@@ -8,11 +8,11 @@ from typing import Any
 
 import httpx
 import pytest
-from cachewarden.proxy.app import create_app
-from cachewarden.proxy.config import Settings, load_settings
-from cachewarden.proxy.errors import ConfigError
-from cachewarden.proxy.metrics import Metrics
-from cachewarden.proxy.server_cmd import build_analyzers, build_engine
+from cachewarden.proxy.cli.proxy import build_analyzers, build_engine
+from cachewarden.proxy.engine.errors import ConfigError
+from cachewarden.proxy.server.app import create_app
+from cachewarden.proxy.server.config import Settings, load_settings
+from cachewarden.proxy.server.metrics import Metrics
 from starlette.applications import Starlette
 
 POLICY = "\n".join(f"Rule {i}: check clause {i} of the handbook before answering." for i in range(200))

@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 import pytest
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.engine import Engine
-from cachewarden.proxy.index_factory import open_index
-from cachewarden.proxy.index_resilient import ResilientIndex
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.index.open_index import open_index
+from cachewarden.proxy.engine.index.resilient import ResilientIndex
 
 pytest.importorskip("redis", reason="the redis package is not installed (pip install 'cachewarden[redis]')")
 

@@ -20,11 +20,11 @@ import anthropic
 import httpx
 import openai
 import pytest
-from cachewarden.proxy import analyzer_engine
-from cachewarden.proxy.config import Settings
-from cachewarden.proxy.counting import PromptCounter
-from cachewarden.proxy.index import MemoryIndex
-from cachewarden.proxy.server_cmd import build
+from cachewarden.proxy.cli.proxy import build
+from cachewarden.proxy.engine.counting import PromptCounter
+from cachewarden.proxy.engine.index.memory import MemoryIndex
+from cachewarden.proxy.server import analysis as analyzer_engine
+from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.testing import command, free_port, metric, serve
 
 REQUESTS = 50

@@ -18,11 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.app import create_app
-from cachewarden.proxy.config import Settings
-from cachewarden.proxy.errors import RequestError
-from cachewarden.proxy.server_cmd import build
+from cachewarden.proxy.cli.proxy import build
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.errors import RequestError
+from cachewarden.proxy.server.app import create_app
+from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.testing import metric, serving
 
 UPSTREAM_BODY = b'{"id":"up-1","object":"chat.completion","choices":[]}'

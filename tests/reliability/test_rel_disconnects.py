@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from cachewarden.proxy.config import Settings
-from cachewarden.proxy.server_cmd import build
+from cachewarden.proxy.cli.proxy import build
+from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.testing import Served, metric, serving
 
 TOTAL = 1000

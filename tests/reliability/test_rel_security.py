@@ -27,9 +27,9 @@ import anthropic
 import httpx
 import openai
 import pytest
-from cachewarden.proxy.config import Settings
+from cachewarden.proxy.cli.proxy import build
 from cachewarden.proxy.emulator.app import create_app as create_emulator
-from cachewarden.proxy.server_cmd import build
+from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.testing import free_port, metric, scrape, serving
 
 KEY = "sk-planted-SECRET-123"

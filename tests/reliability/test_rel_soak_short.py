@@ -14,12 +14,12 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from cachewarden.proxy.adapters import parse_request
-from cachewarden.proxy.counting import PromptCounter
-from cachewarden.proxy.engine import Engine
-from cachewarden.proxy.index import MemoryIndex
-from cachewarden.proxy.models import load_model_table
-from cachewarden.proxy.prompt import Prompt
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.counting import PromptCounter
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.index.memory import MemoryIndex
+from cachewarden.proxy.engine.models import load_model_table
+from cachewarden.proxy.engine.prompt import Prompt
 
 REQUESTS = 12_000
 EVERY = 2_000

@@ -19,9 +19,9 @@ import httpx
 import httpx2
 import openai
 import pytest
-from cachewarden.proxy.config import Settings
+from cachewarden.proxy.cli.proxy import build
 from cachewarden.proxy.emulator.app import create_app as create_emulator
-from cachewarden.proxy.server_cmd import build
+from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.testing import free_port, metric, serving
 
 CLIENT_TIMEOUT = 10.0

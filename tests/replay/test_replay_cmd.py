@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cachewarden.proxy import cli, replay_cmd
-from cachewarden.proxy.replay import Report, replay
-from cachewarden.proxy.replay_cmd import main, spool_rows, write_json
+from cachewarden.proxy import cli
+from cachewarden.proxy.cli import replay as replay_cmd
+from cachewarden.proxy.cli.replay import main, spool_rows, write_json
+from cachewarden.proxy.replay.replayer import Report, replay
 from replay_fixtures import SYSTEM, anthropic, chat, line, write_log
 
 T0 = 1_700_000_000

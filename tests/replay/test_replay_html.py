@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from cachewarden.proxy.replay_cmd import main
+from cachewarden.proxy.cli.replay import main
 from replay_fixtures import SYSTEM, chat, write_log
 
 T0 = 1_700_000_000

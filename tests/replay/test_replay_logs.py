@@ -6,8 +6,8 @@ import io
 import json
 
 import pytest
-from cachewarden.proxy import replay_logs
-from cachewarden.proxy.replay_logs import (
+from cachewarden.proxy.replay import logs as replay_logs
+from cachewarden.proxy.replay.logs import (
     LogLineError,
     OversizedLine,
     SkipLine,

@@ -1,0 +1,5 @@
+"""``python -m cachewarden.proxy.cli``: the ``cachewarden`` command."""
+
+from . import main
+
+raise SystemExit(main())

@@ -1,0 +1,137 @@
+"""`cachewarden proxy`: run the reverse proxy with uvicorn.
+
+Exit 0 after a clean shutdown, 2 on a bad configuration (one line on stderr). On SIGTERM / SIGINT
+``/readyz`` turns 503 at once, new connections are refused and streams in flight get
+``graceful_timeout`` seconds to finish (uvicorn's graceful shutdown).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.errors import CachewardenError, ConfigError
+from cachewarden.proxy.engine.index.open_index import open_index
+from cachewarden.proxy.engine.models import load_model_table
+from cachewarden.proxy.engine.pricing import PriceTable
+from cachewarden.proxy.engine.tokenizers import get_tokenizer
+from cachewarden.proxy.server.analysis import EngineAnalyzer
+from cachewarden.proxy.server.app import Proxy, create_app
+from cachewarden.proxy.server.config import Settings, load_settings
+from cachewarden.proxy.server.hooks import Analyzer, default_analyzers
+from cachewarden.proxy.server.live_rules import LiveRules
+from cachewarden.proxy.server.metrics import Metrics
+from cachewarden.proxy.server.transforms.rewriter import build_rewriter
+from starlette.applications import Starlette
+
+
+class _DrainingServer(uvicorn.Server):
+    """Marks the proxy as draining the moment a shutdown signal arrives, before connections close."""
+
+    def __init__(self, config: uvicorn.Config, proxy: Proxy) -> None:
+        super().__init__(config)
+        self.proxy = proxy
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.proxy.draining = True
+        super().handle_exit(sig, frame)
+
+
+def build_engine(settings: Settings, metrics: Metrics | None = None) -> Engine:
+    """The engine with the user's model table, prices, named upstreams' tokenizers and index."""
+    table = load_model_table(Path(settings.models) if settings.models else None)
+    for upstream in settings.upstreams.values():
+        # Requests through a named upstream are analysed as "NAME/model" (see EngineAnalyzer).
+        tokenizer = f"hf:{upstream.tokenizer}" if upstream.tokenizer else "o200k_base"
+        table.add({"match": f"{upstream.name}/", "tokenizer": tokenizer, "cache": upstream.cache})
+    prices = PriceTable.load(Path(settings.prices) if settings.prices else None)
+    # Load the default tokenizer now, not on the first request.
+    get_tokenizer("o200k_base")
+
+    def outage(stage: str) -> None:
+        if metrics is not None:
+            metrics.index_backend_errors.labels(stage).inc()
+
+    secret = (settings.index_secret or "").encode()
+    try:
+        # 5 M tokens held locally is about 150 MiB (bench/bench_index.py: ~31 MiB per million tokens).
+        index = open_index(settings.index, on_outage=outage, secret=secret, max_tokens=5_000_000)
+        wide = open_index(settings.index, on_outage=outage, secret=secret + b"/wide", max_tokens=5_000_000)
+    except ValueError as exc:
+        raise ConfigError(f"--index {settings.index}: {exc}") from exc
+    return Engine(table=table, prices=prices, index=index, wide_index=wide)
+
+
+def build_analyzers(settings: Settings, metrics: Metrics, engine: Engine | None = None) -> list[Analyzer]:
+    """The analyzers of a running proxy: reported usage, the engine, and the opt-in capture."""
+    analyzers = default_analyzers(metrics)
+    analyzers.append(EngineAnalyzer(engine or build_engine(settings), metrics, LiveRules()))
+    return analyzers
+
+
+def _check_files(settings: Settings) -> None:
+    for flag, path in (("--models", settings.models), ("--prices", settings.prices)):
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"{flag} {path}: no such file")
+    for upstream in settings.upstreams.values():
+        if upstream.tokenizer is not None and not Path(upstream.tokenizer).is_file():
+            raise ConfigError(f"upstreams.{upstream.name}.tokenizer {upstream.tokenizer}: no such file")
+
+
+def build(settings: Settings) -> Starlette:
+    metrics = Metrics(settings.max_model_labels, tenant_labels=settings.tenant_labels)
+    try:
+        # One engine: the optimize-mode rewriter counts tokens with the same table and memo as analysis.
+        engine = build_engine(settings, metrics)
+        return create_app(
+            settings,
+            analyzers=build_analyzers(settings, metrics, engine),
+            metrics=metrics,
+            rewriter=build_rewriter(settings, metrics, engine),
+        )
+    except OSError as exc:  # --access-log / --capture opened at start-up
+        raise ConfigError(f"cannot open {exc.filename}: {exc.strerror}") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # The analysis threads and the event loop share the GIL: hand it over every millisecond instead
+    # of every 5 ms, so forwarding waits less behind an analysis (bench/bench_proxy.py).
+    sys.setswitchinterval(0.001)
+    # httpx logs every request URL at INFO, query string included (where some gateways put keys).
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        settings = load_settings(sys.argv[1:] if argv is None else argv)
+        _check_files(settings)
+        app = build(settings)
+    except CachewardenError as exc:
+        print(f"cachewarden proxy: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="on",
+        http="h11",
+        log_level=settings.log_level,
+        # Observe mode relays the upstream's response headers unchanged: no second Date or Server.
+        server_header=False,
+        date_header=False,
+        # Our own access log is opt-in and leaves out query strings; uvicorn's would print them.
+        access_log=False,
+        proxy_headers=False,
+        timeout_graceful_shutdown=int(settings.graceful_timeout),
+    )
+    server = _DrainingServer(config, app.state.proxy)
+    server.run()
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

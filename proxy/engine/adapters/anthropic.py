@@ -1,0 +1,247 @@
+"""Anthropic Messages body -> Prompt (``tools[i]`` -> ``system`` -> ``messages[i].content[j]``).
+
+Breakpoints (``cache_control``) become Segment.cache_control / Prompt.auto_cache and never enter a
+segment's text or digest: moving a breakpoint is metadata, not a prompt change.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cachewarden.proxy.engine.prompt import Prompt, Segment, SegmentKind
+
+from ._body import (
+    Obj,
+    as_list,
+    as_obj,
+    at,
+    block_type,
+    cache_control,
+    canonical,
+    compact,
+    content_digest,
+    opt_bool,
+    opt_list,
+    opt_obj,
+    opt_str,
+    read_model,
+    req_list,
+    req_str,
+    strip_meta,
+    strip_meta_deep,
+)
+
+# Anthropic bills an image about (width * height) / 750 tokens, and scales images down to about
+# 1.15 megapixels first, so ~1600 tokens is the ceiling. Without readable dimensions (URL or file
+# sources, formats other than PNG/JPEG) the ceiling is the documented default: it over-predicts
+# rather than hides cost.
+IMAGE_TOKENS_DEFAULT = 1600
+IMAGE_PIXELS_PER_TOKEN = 750
+# Enough base64 to reach a JPEG's SOF marker past typical EXIF/ICC headers, small enough to stay cheap.
+JPEG_HEADER_B64_CHARS = 96 * 1024
+
+PARAM_OBJECTS = ("tool_choice", "thinking", "context_management", "output_config", "output_format")
+
+
+@dataclass(slots=True)
+class _Flags:
+    """What blocks reveal about request-level settings (citations on any document)."""
+
+    citations: bool = False
+
+
+def _png_size(head: bytes) -> tuple[int, int] | None:
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR" or len(head) < 24:
+        return None
+    width, height = struct.unpack(">II", head[16:24])
+    return int(width), int(height)
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    if data[:2] != b"\xff\xd8":
+        return None
+    pos = 2
+    while pos + 9 <= len(data):
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            pos += 2
+            continue
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        # SOF0..SOF15 carry the frame size; C4 (DHT), C8 (JPG), CC (DAC) share the range but do not.
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
+            return int(width), int(height)
+        pos += 2 + length
+    return None
+
+
+def image_tokens(source: Any) -> int:
+    """Estimated tokens of an image block from its base64 header, or the documented default."""
+    if not isinstance(source, Mapping) or source.get("type") != "base64":
+        return IMAGE_TOKENS_DEFAULT
+    data = source.get("data")
+    if not isinstance(data, str):
+        return IMAGE_TOKENS_DEFAULT
+    try:
+        head = data[:JPEG_HEADER_B64_CHARS]
+        raw = base64.b64decode(head[: len(head) - len(head) % 4])
+    except (binascii.Error, ValueError):
+        return IMAGE_TOKENS_DEFAULT
+    size = _png_size(raw) or _jpeg_size(raw)
+    if size is None or size[0] <= 0 or size[1] <= 0:
+        return IMAGE_TOKENS_DEFAULT
+    return max(1, min(IMAGE_TOKENS_DEFAULT, round(size[0] * size[1] / IMAGE_PIXELS_PER_TOKEN)))
+
+
+def _document_text(block: Obj, path: str, flags: _Flags) -> str:
+    """The text a document contributes when it is given as text; PDFs/files are counted elsewhere."""
+    citations = opt_obj(block, "citations", path)
+    if citations is not None and citations.get("enabled") is True:
+        flags.citations = True
+    source = opt_obj(block, "source", path)
+    if source is None:
+        return ""
+    src_path = at(path, "source")
+    kind = opt_str(source, "type", src_path)
+    if kind == "text":
+        return opt_str(source, "data", src_path) or ""
+    if kind == "content":
+        text, _ = _flatten(source.get("content"), at(src_path, "content"), flags)
+        return text
+    return ""
+
+
+def _flatten(value: Any, path: str, flags: _Flags) -> tuple[str, int]:
+    """Text and fixed tokens of nested content (tool_result, document, search_result), in order."""
+    if value is None:
+        return "", 0
+    if isinstance(value, str):
+        return value, 0
+    texts: list[str] = []
+    fixed = 0
+    for k, item in enumerate(as_list(value, path)):
+        item_path = at(path, k)
+        block = as_obj(item, item_path)
+        kind = block_type(block, item_path)
+        if kind == "text":
+            texts.append(req_str(block, "text", item_path))
+        elif kind == "image":
+            fixed += image_tokens(block.get("source"))
+        elif kind == "document":
+            texts.append(_document_text(block, item_path, flags))
+        elif kind == "search_result":
+            inner, inner_fixed = _flatten(block.get("content"), at(item_path, "content"), flags)
+            texts.extend(t for t in (opt_str(block, "title", item_path), inner) if t)
+            fixed += inner_fixed
+        else:
+            texts.append(compact(strip_meta(block)))
+    return "\n".join(texts), fixed
+
+
+def _block_segment(value: Any, path: str, role: str | None, index: int | None, flags: _Flags) -> Segment:
+    block = as_obj(value, path)
+    kind = block_type(block, path)
+    mark = cache_control(block, path)
+    if kind == "text":
+        text_kind: SegmentKind = "system" if role in (None, "system") else "text"
+        return Segment(path, text_kind, req_str(block, "text", path), role, index, mark)
+    identity = compact(strip_meta(block))
+    if kind == "image":
+        tokens = image_tokens(block.get("source"))
+        return Segment(
+            path, "image", "", role, index, mark, tokens, digest=content_digest("image", role, "", identity)
+        )
+    if kind == "document":
+        text = _document_text(block, path, flags)
+        return Segment(
+            path, "document", text, role, index, mark, digest=content_digest("document", role, text, identity)
+        )
+    if kind == "tool_use":
+        name = req_str(block, "name", path)
+        # Input keeps the client's key order: a reordered input is a different prompt (a cache bust).
+        text = f"{name}\n{compact(block.get('input', {}))}"
+        return Segment(path, "tool_use", text, role, index, mark, name=name)
+    if kind == "tool_result":
+        text, fixed = _flatten(block.get("content"), at(path, "content"), flags)
+        if opt_bool(block, "is_error", path):
+            text = f"[is_error]\n{text}"
+        # Images inside a result are not in its text: hash the blocks too (minus breakpoints, at any level).
+        digest = content_digest("tool_result", role, text, compact(strip_meta_deep(block))) if fixed else ""
+        return Segment(path, "tool_result", text, role, index, mark, fixed, digest=digest)
+    if kind == "thinking":
+        # The signature only authenticates the block; it is not prompt content.
+        return Segment(path, "thinking", opt_str(block, "thinking", path) or "", role, index, mark)
+    if kind == "redacted_thinking":
+        return Segment(path, "thinking", opt_str(block, "data", path) or "", role, index, mark)
+    label = block.get("name")
+    return Segment(path, "other", identity, role, index, mark, name=label if isinstance(label, str) else None)
+
+
+def _tool_segment(value: Any, path: str) -> Segment:
+    tool = as_obj(value, path)
+    name = req_str(tool, "name", path)
+    return Segment(
+        path, "tool", compact(strip_meta(tool)), name=name, cache_control=cache_control(tool, path)
+    )
+
+
+def _params(body: Obj, flags: _Flags) -> tuple[tuple[str, str], ...]:
+    """Parameters that invalidate the system or message cache (provider-caching.md §2.4, §2.7)."""
+    params: dict[str, str] = {}
+    for key in PARAM_OBJECTS:
+        value = opt_obj(body, key, "")
+        if value is not None:
+            params[key] = canonical(value)
+    speed = opt_str(body, "speed", "")
+    if speed is not None:
+        params["speed"] = speed
+    for tool in opt_list(body, "tools", "") or []:
+        tool_type = tool.get("type") if isinstance(tool, Mapping) else None
+        if isinstance(tool_type, str) and tool_type.startswith("web_search"):
+            params["web_search"] = "on"
+    if flags.citations:
+        params["citations"] = "on"
+    return tuple(sorted(params.items()))
+
+
+def parse_anthropic(body: Obj, model: str | None = None) -> Prompt:
+    """Read a Messages body (``model`` is the fallback when the body has none, e.g. Bedrock invoke)."""
+    flags = _Flags()
+    segments = [_tool_segment(t, at("tools", i)) for i, t in enumerate(opt_list(body, "tools", "") or [])]
+    system = body.get("system")
+    if isinstance(system, str):
+        segments.append(Segment("system", "system", system))
+    elif system is not None:
+        for i, block in enumerate(as_list(system, "system")):
+            segments.append(_block_segment(block, at("system", i), None, None, flags))
+    for i, value in enumerate(req_list(body, "messages", "")):
+        path = at("messages", i)
+        message = as_obj(value, path)
+        role = req_str(message, "role", path)
+        content = message.get("content")
+        content_path = at(path, "content")
+        if isinstance(content, str):
+            kind: SegmentKind = "system" if role == "system" else "message"
+            segments.append(Segment(content_path, kind, content, role, i))
+            continue
+        blocks = as_list(content, content_path) if content is not None else []
+        if not blocks:
+            # An empty message still has a boundary in the rendered prompt.
+            segments.append(Segment(content_path, "message", "", role, i))
+        for j, block in enumerate(blocks):
+            segments.append(_block_segment(block, at(content_path, j), role, i, flags))
+    return Prompt(
+        provider="anthropic",
+        model=read_model(body, model),
+        segments=tuple(segments),
+        params=_params(body, flags),
+        auto_cache=cache_control(body, ""),
+        stream=bool(opt_bool(body, "stream", "")),
+    )

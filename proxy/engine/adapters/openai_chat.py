@@ -1,0 +1,223 @@
+"""OpenAI Chat Completions body -> Prompt (tools, then the output schema, then messages).
+
+Also holds what the Responses adapter shares with it: tool segments, image token estimates and the
+cache-affecting parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cachewarden.proxy.engine.prompt import Prompt, Segment, SegmentKind
+
+from ._body import (
+    Obj,
+    as_list,
+    as_obj,
+    at,
+    block_type,
+    cache_control,
+    canonical,
+    compact,
+    content_digest,
+    opt_bool,
+    opt_list,
+    opt_obj,
+    opt_str,
+    read_model,
+    req_list,
+    req_str,
+    strip_meta,
+)
+
+# OpenAI images: low detail costs a flat 85 tokens. high/auto use 85 + 170 per 512-px tile after
+# resizing, which needs the image's dimensions; 765 is that formula for a 1024x1024 image (4 tiles),
+# the common case, used as the documented default.
+IMAGE_TOKENS_LOW = 85
+IMAGE_TOKENS_DEFAULT = 765
+
+SYSTEM_ROLES = frozenset({"system", "developer"})
+TOOL_ROLES = frozenset({"tool", "function"})
+
+
+def image_tokens(detail: Any) -> int:
+    return IMAGE_TOKENS_LOW if detail == "low" else IMAGE_TOKENS_DEFAULT
+
+
+def text_kind(role: str | None) -> SegmentKind:
+    """Kind of a text part by the role of its message: instructions and tool output stay recognisable."""
+    if role in SYSTEM_ROLES:
+        return "system"
+    if role in TOOL_ROLES:
+        return "tool_result"
+    return "text"
+
+
+def whole_kind(role: str | None) -> SegmentKind:
+    """Kind of a message whose content is one string."""
+    kind = text_kind(role)
+    return "message" if kind == "text" else kind
+
+
+def tool_call_text(name: str, arguments: str) -> str:
+    """Text of a tool call: the function name, a newline, the arguments string exactly as sent."""
+    return f"{name}\n{arguments}"
+
+
+def tool_segments(body: Obj, name_of: Callable[[Obj, str], str]) -> list[Segment]:
+    """One segment per ``tools[i]``: the element's compact JSON in its own key order."""
+    tools = opt_list(body, "tools", "")
+    segments: list[Segment] = []
+    for i, item in enumerate(tools or []):
+        path = at("tools", i)
+        tool = as_obj(item, path)
+        segments.append(
+            Segment(
+                path=path,
+                kind="tool",
+                text=compact(strip_meta(tool)),
+                name=name_of(tool, path),
+                cache_control=cache_control(tool, path),
+            )
+        )
+    return segments
+
+
+def schema_segment(spec: Obj | None, path: str) -> Segment | None:
+    """The structured-output schema (a ``json_schema`` format), which OpenAI renders before instructions."""
+    if spec is None or block_type(spec, path) != "json_schema":
+        return None
+    inner = spec.get("json_schema")
+    holder = as_obj(inner, at(path, "json_schema")) if inner is not None else spec
+    return Segment(path=path, kind="schema", text=compact(spec), name=opt_str(holder, "name", path))
+
+
+def openai_params(body: Obj, effort: str | None) -> tuple[tuple[str, str], ...]:
+    """Cache-affecting parameters (reasoning effort changes the rendered prompt; retention the cache)."""
+    params: dict[str, str] = {}
+    if effort is not None:
+        params["reasoning_effort"] = effort
+    retention = opt_str(body, "prompt_cache_retention", "")
+    if retention is not None:
+        params["prompt_cache_retention"] = retention
+    options = opt_obj(body, "prompt_cache_options", "")
+    if options is not None:
+        params["prompt_cache_options"] = canonical(options)
+    return tuple(sorted(params.items()))
+
+
+def _chat_tool_name(tool: Obj, path: str) -> str:
+    kind = block_type(tool, path)
+    # {"type": "function", "function": {...}} and {"type": "custom", "custom": {...}} nest the name.
+    inner = tool.get(kind)
+    if kind in ("function", "custom") or inner is not None:
+        return req_str(as_obj(inner, at(path, kind)), "name", at(path, kind))
+    return opt_str(tool, "name", path) or kind
+
+
+def _part_segment(part_value: Any, path: str, role: str, index: int) -> Segment:
+    part = as_obj(part_value, path)
+    kind = block_type(part, path)
+    mark = cache_control(part, path)
+    if kind == "text":
+        text = req_str(part, "text", path)
+        return Segment(path, text_kind(role), text, role, index, mark)
+    if kind == "refusal":
+        return Segment(path, "text", req_str(part, "refusal", path), role, index, mark)
+    identity = compact(strip_meta(part))
+    if kind == "image_url":
+        image = part.get("image_url")
+        detail = image.get("detail") if isinstance(image, Mapping) else None
+        return Segment(
+            path,
+            "image",
+            "",
+            role,
+            index,
+            mark,
+            image_tokens(detail),
+            digest=content_digest("image", role, "", identity),
+        )
+    if kind == "file":
+        return Segment(
+            path, "document", "", role, index, mark, digest=content_digest("document", role, "", identity)
+        )
+    if kind == "input_audio":
+        return Segment(
+            path, "other", "", role, index, mark, digest=content_digest("other", role, "", identity)
+        )
+    # Unknown part types: forward compatible, their JSON stands for their content.
+    return Segment(path, "other", identity, role, index, mark)
+
+
+def _tool_call_segment(call_value: Any, path: str, role: str, index: int) -> Segment:
+    call = as_obj(call_value, path)
+    kind = opt_str(call, "type", path) or "function"
+    inner = call.get(kind)
+    if inner is None:
+        return Segment(path, "other", compact(strip_meta(call)), role, index)
+    fn = as_obj(inner, at(path, kind))
+    name = req_str(fn, "name", at(path, kind))
+    # Arguments stay the string the client sent: re-serialising would hide key-order and escaping changes.
+    arguments = opt_str(fn, "arguments", at(path, kind))
+    if arguments is None:
+        arguments = opt_str(fn, "input", at(path, kind)) or ""
+    return Segment(path, "tool_use", tool_call_text(name, arguments), role, index, name=name)
+
+
+def _message_segments(value: Any, index: int) -> list[Segment]:
+    path = at("messages", index)
+    message = as_obj(value, path)
+    role = req_str(message, "role", path)
+    segments: list[Segment] = []
+    name = opt_str(message, "name", path)
+    if name is not None:
+        # The author name is rendered in the message header: its own segment keeps it in the digests.
+        segments.append(Segment(at(path, "name"), "other", name, role, index))
+    content = message.get("content")
+    if isinstance(content, str):
+        segments.append(Segment(path, whole_kind(role), content, role, index))
+    elif content is not None:
+        parts = as_list(content, at(path, "content"))
+        for j, part in enumerate(parts):
+            segments.append(_part_segment(part, at(at(path, "content"), j), role, index))
+    refusal = opt_str(message, "refusal", path)
+    if refusal is not None:
+        segments.append(Segment(at(path, "refusal"), "text", refusal, role, index))
+    for k, call in enumerate(opt_list(message, "tool_calls", path) or []):
+        segments.append(_tool_call_segment(call, at(at(path, "tool_calls"), k), role, index))
+    legacy = opt_obj(message, "function_call", path)
+    if legacy is not None:
+        fn_path = at(path, "function_call")
+        fn_name = req_str(legacy, "name", fn_path)
+        arguments = opt_str(legacy, "arguments", fn_path) or ""
+        segments.append(
+            Segment(fn_path, "tool_use", tool_call_text(fn_name, arguments), role, index, name=fn_name)
+        )
+    audio = opt_obj(message, "audio", path)
+    if audio is not None:
+        segments.append(Segment(at(path, "audio"), "other", compact(audio), role, index))
+    name_path = at(path, "name")
+    if not any(s.path != name_path for s in segments):
+        # An empty message still exists in the rendered prompt: keep its boundary.
+        segments.append(Segment(path, whole_kind(role), "", role, index))
+    return segments
+
+
+def parse_chat(body: Obj, model: str | None = None) -> Prompt:
+    """Read a Chat Completions body (``model`` is the fallback when the body has none, e.g. Azure)."""
+    segments = tool_segments(body, _chat_tool_name)
+    schema = schema_segment(opt_obj(body, "response_format", ""), "response_format")
+    if schema is not None:
+        segments.append(schema)
+    for i, message in enumerate(req_list(body, "messages", "")):
+        segments.extend(_message_segments(message, i))
+    return Prompt(
+        provider="openai-chat",
+        model=read_model(body, model),
+        segments=tuple(segments),
+        params=openai_params(body, opt_str(body, "reasoning_effort", "")),
+        prompt_cache_key=opt_str(body, "prompt_cache_key", ""),
+        stream=bool(opt_bool(body, "stream", "")),
+    )

@@ -1,0 +1,274 @@
+"""The engine: one request in, a prediction out — adapters, tokenizer, prefix index, cache model, pricing.
+
+Every surface (proxy, replay, diff) goes through ``Engine.analyse``. It is synchronous and holds
+no I/O; the proxy runs it in a worker thread beside the forwarding.
+
+Scopes. The provider caches per organisation and per model, so the index scope is
+(tenant, provider, model). Cache-affecting parameters (Anthropic ``tool_choice`` / ``thinking``,
+OpenAI reasoning effort) are not part of the scope: they *salt* the first token after the part of
+the prompt they invalidate (Anthropic: ``tool_choice`` and ``thinking`` the messages, ``speed``,
+web search and citations the system prompt too; OpenAI: the whole prompt), the way vLLM
+injects its cache salt into the first block. Prompts with other parameters then diverge exactly
+where the provider's cache would, and the tools cache survives a ``tool_choice`` change.
+A second, model-blind index over the unsalted tokens (scope = tenant, provider family) finds the
+earlier request a miss should be compared with, so attribution can say ``model-changed`` or
+``params-changed`` instead of ``cold``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from cachewarden.proxy.engine.index.memory import Match, MemoryIndex, PrefixIndex
+
+from .cache_model import Prediction, breakpoint_positions, predict
+from .counting import PromptCounter, TokenizedPrompt
+from .models import ModelInfo, ModelTable, load_model_table
+from .pricing import Cost, PriceTable
+from .prompt import Prompt
+
+_SALT_MASK = (1 << 62) - 1
+# Entry ids unique across processes (replicas share an index) without a uuid4 per request.
+_ID_PREFIX = secrets.token_hex(6) + "-"
+_ID_COUNTER = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """An earlier request the engine can compare a new one with (kept in memory, bounded)."""
+
+    entry_id: str
+    tenant: str
+    prompt: Prompt
+    tokenized: TokenizedPrompt
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What the engine concluded about one request."""
+
+    prompt: Prompt
+    info: ModelInfo
+    tokenized: TokenizedPrompt
+    tenant: str
+    scope: str
+    entry_id: str
+    match: Match
+    prediction: Prediction
+    cost: Cost | None
+    # The earlier request of the tenant (any model or parameters) sharing the longest prefix.
+    previous: HistoryEntry | None
+    previous_common_tokens: int
+    now: float
+
+
+# Anthropic's invalidation table (provider-caching.md §2.4): these parameters invalidate the system
+# cache too; every other cache-affecting parameter (tool_choice, thinking, ...) only the messages.
+_SYSTEM_LEVEL_PARAMS = frozenset({"speed", "web_search", "citations"})
+# OpenAI parameters that choose the cache policy rather than change the rendered prompt.
+_POLICY_PARAMS = frozenset({"prompt_cache_retention", "prompt_cache_options"})
+# ``prompt_cache_retention: "24h"`` keeps prefixes up to a day (OpenAI extended retention).
+_EXTENDED_RETENTION_SECONDS = 86_400.0
+
+
+def _salt_points(prompt: Prompt, tp: TokenizedPrompt) -> list[tuple[int, tuple[tuple[str, str], ...]]]:
+    """(stream position, parameters) pairs: where each group of parameters starts to matter."""
+    if prompt.provider != "anthropic":
+        return [(0, tuple(p for p in prompt.params if p[0] not in _POLICY_PARAMS))]
+    kinds = [s.kind for s in prompt.segments]
+    after_tools = max((tp.spans[i][1] for i, k in enumerate(kinds) if k == "tool"), default=0)
+    first_message = next(
+        (tp.spans[i][0] for i, s in enumerate(prompt.segments) if s.message_index is not None), len(tp.tokens)
+    )
+    system_level = tuple(p for p in prompt.params if p[0] in _SYSTEM_LEVEL_PARAMS)
+    message_level = tuple(p for p in prompt.params if p[0] not in _SYSTEM_LEVEL_PARAMS)
+    return [(after_tools, system_level), (first_message, message_level)]
+
+
+def salted_tokens(prompt: Prompt, tp: TokenizedPrompt) -> Sequence[int]:
+    """The token stream the scoped index sees: parameters folded into tokens (see module doc)."""
+    if not prompt.params or not tp.tokens:
+        return tp.tokens
+    salted: list[int] | None = None
+    for at, params in _salt_points(prompt, tp):
+        if not params or at >= len(tp.tokens):
+            continue
+        salted = salted if salted is not None else list(tp.tokens)
+        # Negative and large: cannot collide with a real token id. blake2b, not hash(): Python salts
+        # string hashes per process, and replicas sharing an index must salt alike.
+        digest = hashlib.blake2b(repr((salted[at], params)).encode(), digest_size=8).digest()
+        salted[at] = -(int.from_bytes(digest, "big") & _SALT_MASK) - (1 << 40)
+    return salted if salted is not None else tp.tokens
+
+
+class Engine:
+    """Analyses requests against the recent history of their scope. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        table: ModelTable | None = None,
+        prices: PriceTable | None = None,
+        index: PrefixIndex | None = None,
+        wide_index: PrefixIndex | None = None,
+        counter: PromptCounter | None = None,
+        history_size: int = 4096,
+        history_tokens: int = 2_000_000,
+    ) -> None:
+        self.table = table or load_model_table()
+        self.prices = prices or PriceTable.load()
+        # 5 M tokens held is about 150 MiB (bench/bench_index.py: ~31 MiB per million tokens).
+        self.index = index or MemoryIndex(max_tokens=5_000_000)
+        self.wide_index = wide_index or MemoryIndex(max_tokens=5_000_000)
+        self.counter = counter or PromptCounter(self.table)
+        self._history: OrderedDict[str, HistoryEntry] = OrderedDict()
+        # Earlier prompts are kept whole (text and tokens) for attribution: bounded by count and by
+        # tokens held (~20 bytes a token with text and token tuple), ~40 MiB at the default.
+        self._history_size = history_size
+        self._history_tokens = history_tokens
+        self._held_tokens = 0
+        self._lock = threading.Lock()
+
+    # -- scopes ---------------------------------------------------------------------------------
+    @staticmethod
+    def scope(tenant: str, prompt: Prompt) -> str:
+        """The provider caches per organisation and model; OpenAI also routes on ``prompt_cache_key``."""
+        family = "anthropic" if prompt.provider == "anthropic" else "openai"
+        key = prompt.prompt_cache_key or "" if family == "openai" else ""
+        return f"{tenant}\x1f{family}\x1f{prompt.model}\x1f{key}"
+
+    @staticmethod
+    def wide_scope(tenant: str, prompt: Prompt) -> str:
+        family = "anthropic" if prompt.provider == "anthropic" else "openai"
+        return f"{tenant}\x1f{family}"
+
+    # -- history --------------------------------------------------------------------------------
+    def history(self, entry_id: str | None, tenant: str) -> HistoryEntry | None:
+        """An earlier request by id, only ever for the tenant that sent it."""
+        if entry_id is None:
+            return None
+        with self._lock:
+            entry = self._history.get(entry_id)
+        return entry if entry is not None and entry.tenant == tenant else None
+
+    def _remember(self, entry: HistoryEntry) -> None:
+        with self._lock:
+            old = self._history.pop(entry.entry_id, None)
+            if old is not None:
+                self._held_tokens -= len(old.tokenized.tokens)
+            self._history[entry.entry_id] = entry
+            self._held_tokens += len(entry.tokenized.tokens)
+            while self._history and (
+                len(self._history) > self._history_size or self._held_tokens > self._history_tokens
+            ):
+                _, dropped = self._history.popitem(last=False)
+                self._held_tokens -= len(dropped.tokenized.tokens)
+
+    # -- analysis -------------------------------------------------------------------------------
+    def analyse(self, prompt: Prompt, *, tenant: str = "default", now: float | None = None) -> Analysis:
+        now = time.time() if now is None else now
+        info = self.table.lookup(prompt.model, prompt.provider)
+        rules = info.cache
+        if prompt.param("prompt_cache_retention") == "24h" and rules.mode == "prefix":
+            rules = replace(rules, ttl_seconds=_EXTENDED_RETENTION_SECONDS)
+        tp = self.counter.tokenize(prompt)
+        scope = self.scope(tenant, prompt)
+        # Tuples: a MemoryIndex shares its walk of an immutable sequence between the calls below.
+        tokens = _frozen(tp.tokens)
+        salted = salted_tokens(prompt, tp)
+        stream = tokens if salted is tp.tokens else _frozen(salted)
+
+        match = self.index.lookup(scope, stream, now=now, ttl=rules.ttl_seconds)
+        marks = _MarkBook(self.index, scope, stream, now, rules.ttl_seconds, rules.max_ttl_seconds)
+        prediction = predict(prompt, tp, rules, match, marks.lookup)
+
+        wide = self.wide_scope(tenant, prompt)
+        wide_match = self.wide_index.lookup(wide, tokens, now=now, ttl=0)
+        previous = self.history(wide_match.entry_id, tenant)
+
+        entry_id = f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
+        self.index.insert(scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
+        self.wide_index.insert(wide, tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
+        marks.record(prediction)
+        self._remember(HistoryEntry(entry_id, tenant, prompt, tp, now))
+
+        cost = self.prices.cost(
+            prompt.model,
+            prompt.provider,
+            cached=prediction.cached_tokens,
+            write_5m=prediction.cache_write_tokens - prediction.cache_write_1h_tokens,
+            write_1h=prediction.cache_write_1h_tokens,
+            uncached=prediction.uncached_tokens,
+        )
+        return Analysis(
+            prompt=prompt,
+            info=info,
+            tokenized=tp,
+            tenant=tenant,
+            scope=scope,
+            entry_id=entry_id,
+            match=match,
+            prediction=prediction,
+            cost=cost,
+            previous=previous,
+            previous_common_tokens=wide_match.held_prefix_tokens,
+            now=now,
+        )
+
+    def breakpoints(self, prompt: Prompt) -> list[tuple[int, str]]:
+        """Effective breakpoints of a prompt (stream positions, ttl) — for reports and the linter."""
+        info = self.table.lookup(prompt.model, prompt.provider)
+        return breakpoint_positions(prompt, self.counter.tokenize(prompt), info.cache)
+
+
+def _frozen(tokens: Sequence[int]) -> tuple[int, ...]:
+    return tokens if isinstance(tokens, tuple) else tuple(tokens)
+
+
+class _MarkBook:
+    """Cache writes at exact prefixes (breakpoint providers), kept per TTL class in the index.
+
+    A 5-minute and a 1-hour entry for the same prefix live and expire independently. 5-minute marks
+    sit in the request's own scope; 1-hour writes are rarer, so their prompt is inserted into a
+    sub-scope of its own only when one happens (marks hang on the index's blocks).
+    """
+
+    def __init__(
+        self, index: PrefixIndex, scope: str, stream: Sequence[int], now: float, ttl: float, ttl_1h: float
+    ) -> None:
+        self.index, self.stream, self.now = index, stream, now
+        self.classes = {"5m": (scope, ttl), "1h": (f"{scope}\x1f1h", ttl_1h or 3600.0)}
+        self.found: dict[int, str] = {}
+
+    def lookup(self, positions: Sequence[int]) -> Mapping[int, float]:
+        ages: dict[int, float] = {}
+        for ttl_class, (scope, ttl) in self.classes.items():
+            for pos, age in self.index.marks(scope, self.stream, positions, now=self.now, ttl=ttl).items():
+                if pos not in ages or age < ages[pos]:
+                    ages[pos] = age
+                    self.found[pos] = ttl_class
+        return ages
+
+    def record(self, prediction: Prediction) -> None:
+        """Mark what this request wrote and refresh what it read. Call after the prompt is inserted."""
+        by_class: dict[str, list[int]] = {"5m": [], "1h": []}
+        for pos, ttl_class in prediction.write_positions:
+            by_class[ttl_class].append(pos)
+        if prediction.read_position:
+            # A hit refreshes the entry it read, in its own TTL class.
+            by_class[self.found.get(prediction.read_position, "5m")].append(prediction.read_position)
+        for ttl_class, positions in by_class.items():
+            if not positions:
+                continue
+            scope, ttl = self.classes[ttl_class]
+            if ttl_class == "1h":
+                self.index.insert(scope, self.stream, now=self.now, ttl=ttl)
+            self.index.mark(scope, self.stream, positions, now=self.now, ttl=ttl)

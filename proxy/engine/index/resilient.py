@@ -1,0 +1,172 @@
+"""A shared prefix index that never takes the proxy down with it.
+
+``ResilientIndex(primary=RedisIndex, fallback=MemoryIndex)``: every write goes to the local index
+first (always, so that its answers are warm when they are needed) and then to the shared one.
+Reads come from both and are merged: each is a subset of all the requests ever inserted, so the
+longer prefix of the two is still a prefix some earlier request shared. This also covers the
+requests this replica saw while the shared store was away and the store therefore lacks.
+
+When the primary raises (Redis down, a 50 ms socket timeout, anything), the call answers from
+the local index, the error is counted (``errors_total``, ``on_outage(stage)``), and the primary
+is left alone until a retry is due: at most one attempt per ``retry_seconds``, doubling up to
+``max_retry_seconds`` while it keeps failing. The first call that succeeds makes it healthy again.
+Analysis never fails a request, so every exception of the primary is an outage, not a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+from .memory import IndexStats, Match, PrefixIndex
+
+__all__ = ["ResilientIndex"]
+
+_T = TypeVar("_T")
+
+
+def _better(a: Match, b: Match) -> Match:
+    """The union of two partial views: longest live and held prefix; the entry behind the held one."""
+    if b.held_prefix_tokens > a.held_prefix_tokens or (
+        b.held_prefix_tokens == a.held_prefix_tokens
+        and b.age_seconds is not None
+        and (a.age_seconds is None or b.age_seconds < a.age_seconds)
+    ):
+        a, b = b, a
+    common = max(a.common_prefix_tokens, b.common_prefix_tokens)
+    return a if common == a.common_prefix_tokens else Match(common, *_tail(a))
+
+
+def _tail(m: Match) -> tuple[int, str | None, int, float | None]:
+    return m.held_prefix_tokens, m.entry_id, m.entry_tokens, m.age_seconds
+
+
+class ResilientIndex:
+    """Shared primary, local fallback; see the module doc. Thread-safe if both indexes are."""
+
+    def __init__(
+        self,
+        primary: PrefixIndex,
+        fallback: PrefixIndex,
+        *,
+        on_outage: Callable[[str], None] | None = None,
+        retry_seconds: float = 1.0,
+        max_retry_seconds: float = 8.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.on_outage = on_outage
+        self.healthy = True
+        self.outages_total = 0  # healthy -> failing transitions
+        self.errors_total = 0  # failed calls to the primary (each also reported to on_outage)
+        self._retry = retry_seconds
+        self._max_retry = max(max_retry_seconds, retry_seconds)
+        self._delay = retry_seconds
+        self._next_try = 0.0
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    # -- health -------------------------------------------------------------------------------------
+
+    def _due(self) -> bool:
+        """Whether to call the primary now. While failing, only one caller per interval probes it."""
+        with self._lock:
+            if self.healthy:
+                return True
+            now = self._clock()
+            if now < self._next_try:
+                return False
+            self._next_try = now + self._delay
+            return True
+
+    def _call(self, stage: str, fn: Callable[[], _T]) -> tuple[bool, _T | None]:
+        if not self._due():
+            return False, None
+        try:
+            result = fn()
+        except Exception:
+            self._failed(stage)
+            return False, None
+        if not self.healthy:
+            with self._lock:
+                self.healthy, self._delay = True, self._retry
+        return True, result
+
+    def _failed(self, stage: str) -> None:
+        with self._lock:
+            self.errors_total += 1
+            if self.healthy:
+                self.healthy = False
+                self.outages_total += 1
+                self._delay = self._retry
+            else:
+                self._delay = min(self._delay * 2, self._max_retry)
+            self._next_try = self._clock() + self._delay
+        if self.on_outage is not None:
+            # A metrics callback must not turn an outage into a failed request.
+            with contextlib.suppress(Exception):
+                self.on_outage(stage)
+
+    # -- PrefixIndex --------------------------------------------------------------------------------
+
+    def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match:
+        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
+        local = self.fallback.lookup(scope, toks, now=now, ttl=ttl)
+        ok, shared = self._call("lookup", lambda: self.primary.lookup(scope, toks, now=now, ttl=ttl))
+        return _better(shared, local) if ok and shared is not None else local
+
+    def insert(
+        self,
+        scope: str,
+        tokens: Sequence[int],
+        *,
+        now: float,
+        entry_id: str | None = None,
+        ttl: float | None = None,
+    ) -> str:
+        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
+        # One id for both stores, unique across replicas (MemoryIndex's own ids are per process).
+        eid = entry_id if entry_id is not None else uuid.uuid4().hex
+        self.fallback.insert(scope, toks, now=now, entry_id=eid)
+        self._call("insert", lambda: self.primary.insert(scope, toks, now=now, entry_id=eid, ttl=ttl))
+        return eid
+
+    def mark(
+        self,
+        scope: str,
+        tokens: Sequence[int],
+        positions: Iterable[int],
+        *,
+        now: float,
+        ttl: float | None = None,
+    ) -> None:
+        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
+        where = list(positions)
+        self.fallback.mark(scope, toks, where, now=now)
+        self._call("mark", lambda: self.primary.mark(scope, toks, where, now=now, ttl=ttl))
+
+    def marks(
+        self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
+    ) -> dict[int, float]:
+        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
+        where = list(positions)
+        found = self.fallback.marks(scope, toks, where, now=now, ttl=ttl)
+        ok, shared = self._call("marks", lambda: self.primary.marks(scope, toks, where, now=now, ttl=ttl))
+        if ok and shared:
+            for p, age in shared.items():
+                if p not in found or age < found[p]:
+                    found[p] = age
+        return found
+
+    def stats(self) -> IndexStats:
+        """The local index's: cheap enough for every request, and what this replica holds."""
+        return self.fallback.stats()
+
+    def clear(self) -> None:
+        self.fallback.clear()
+        self._call("clear", self.primary.clear)

@@ -1,0 +1,1 @@
+"""Captured traffic into a report: log formats, the replay through the engine, text and HTML reports."""

@@ -1,0 +1,221 @@
+"""The engine in the proxy: predicts each request's cache use, explains its misses, compares with usage.
+
+``request`` runs in a worker thread once the body has gone upstream; ``response`` once the
+response ended. Both fail open (the hook dispatcher counts exceptions). State shared between
+requests (the engine, the Responses chain, the ratio calibration) is thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from cachewarden.proxy.engine.adapters import load_body, parse_request
+from cachewarden.proxy.engine.engine import Analysis, Engine
+from cachewarden.proxy.engine.usage import Usage
+from cachewarden.proxy.explain.attribution import Reason, attribute
+
+from .hooks import Flow
+from .live_rules import LiveRules
+from .metrics import Metrics
+
+# Responses API: how many response ids the proxy remembers for ``previous_response_id`` chains.
+_CHAIN_ENTRIES = 2_000
+# How long a chained request's analysis waits for the hook of the turn it chains to.
+_CHAIN_WAIT_SECONDS = 2.0
+# Online calibration of estimated (Claude) token counts: weight of each new observation, and the
+# smallest request worth learning from (framing dominates tiny ones).
+_CALIBRATION_WEIGHT = 0.1
+_CALIBRATION_MIN_TOKENS = 200
+_RATIO_BOUNDS = (0.7, 2.5)
+
+
+@dataclass(frozen=True, slots=True)
+class _Chained:
+    """A Responses request as the provider stores it: its whole input and its output items."""
+
+    input_items: list[Any]
+    output_items: list[Any]
+
+
+def _input_items(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return list(value) if isinstance(value, list) else []
+
+
+class EngineAnalyzer:
+    """Predict, explain and measure every analysed request (see the module docstring)."""
+
+    def __init__(self, engine: Engine, metrics: Metrics, rules: LiveRules | None = None) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.rules = rules
+        self._chain: OrderedDict[tuple[str, str], _Chained] = OrderedDict()
+        self._ratios: dict[str, float] = {}
+        self._lock = threading.Lock()
+        # Responses requests whose response hook has not run yet, per tenant: a chained request may
+        # arrive before the hook stored the turn it chains to (the client got the bytes first).
+        self._pending: dict[str, int] = {}
+        self._stored = threading.Condition(self._lock)
+
+    # -- request ---------------------------------------------------------------------------------
+    def request(self, flow: Flow) -> None:
+        if not flow.analysed or flow.provider is None:
+            return
+        body: Any = flow.metadata.get("body")
+        if body is None:
+            body = load_body(flow.request_body)
+        body = self._chained(body, flow)
+        flow.metadata["provider_body"] = body
+        prompt = parse_request(body, provider=flow.provider)
+        flow.model = flow.model or prompt.model
+        if flow.upstream not in ("openai", "anthropic"):
+            # A named OpenAI-compatible server: its own tokenizer and cache rules (see build_engine).
+            prompt = prompt.with_model(f"{flow.upstream}/{prompt.model}")
+        analysis = self.engine.analyse(prompt, tenant=flow.tenant, now=flow.timings.received_at)
+        reasons = attribute(analysis, self.engine.prices)
+        flow.metadata["analysis"] = analysis
+        flow.metadata["reasons"] = reasons
+        self._record_prediction(flow, analysis, reasons)
+        if self.rules is not None:
+            for code, reason in self.rules.findings(prompt, flow.request_body):
+                self.metrics.findings.labels(*self._labels(flow), code, reason).inc()
+
+    def _labels(self, flow: Flow) -> tuple[str, ...]:
+        return self.metrics.labels(flow.provider, flow.model, flow.tenant)
+
+    def _record_prediction(self, flow: Flow, analysis: Analysis, reasons: list[Reason]) -> None:
+        m, base, p = self.metrics, self._labels(flow), analysis.prediction
+        predicted = Usage(
+            input_total=analysis.tokenized.count,
+            cached=p.cached_tokens,
+            cache_write=p.cache_write_tokens,
+            cache_write_1h=p.cache_write_1h_tokens,
+            uncached=p.uncached_tokens,
+            output=0,
+        )
+        m.record_usage(flow.provider, flow.model, predicted, "predicted", flow.tenant)
+        if analysis.cost is not None:
+            for kind, usd in (
+                ("cached", analysis.cost.cached_usd),
+                ("cache_write", analysis.cost.cache_write_usd),
+                ("uncached", analysis.cost.input_usd),
+            ):
+                m.cost_usd.labels(*base, "predicted", kind).inc(max(usd, 0.0))
+        if analysis.tokenized.count:
+            share = min(1.0, p.reusable_tokens / analysis.tokenized.count)
+            m.stable_prefix_share.labels(*base).observe(share)
+        for reason in reasons:
+            m.cache_miss_tokens.labels(*base, reason.code).inc(max(reason.tokens_lost, 0))
+            m.missed_savings_usd.labels(*base, reason.code).inc(max(reason.usd_lost, 0.0))
+        stats = self.engine.index.stats()
+        m.index_entries.labels(*base).set(stats.entries)
+        m.index_tokens.labels(*base).set(stats.tokens)
+
+    # -- response --------------------------------------------------------------------------------
+    def response(self, flow: Flow) -> None:
+        try:
+            self._response(flow)
+        finally:
+            if flow.metadata.get("chained_input") is not None:
+                with self._stored:
+                    self._pending[flow.tenant] -= 1
+                    if not self._pending[flow.tenant]:
+                        del self._pending[flow.tenant]
+                    self._stored.notify_all()
+
+    def _response(self, flow: Flow) -> None:
+        analysis: Analysis | None = flow.metadata.get("analysis")
+        if analysis is None:
+            return
+        response_id, output = flow.metadata.get("response_id"), flow.metadata.get("response_output")
+        chained_input = flow.metadata.get("chained_input")
+        if isinstance(response_id, str) and isinstance(output, list) and isinstance(chained_input, list):
+            self._remember_chain(flow.tenant, response_id, _Chained(chained_input, output))
+        usage = flow.usage
+        if usage is None or flow.status is None or flow.status >= 400:
+            return
+        m, base, p = self.metrics, self._labels(flow), analysis.prediction
+        m.prediction_error_tokens.labels(*base).observe(usage.cached - p.cached_tokens)
+        if p.cached_tokens > 0 and usage.cached < p.cached_tokens:
+            # Predicted a hit the provider did not serve: routing, eviction, a cache we cannot see.
+            lost = p.cached_tokens - usage.cached
+            m.cache_miss_tokens.labels(*base, "unexplained").inc(lost)
+            missed = self.engine.prices.missed_savings(analysis.prompt.model, analysis.prompt.provider, lost)
+            m.missed_savings_usd.labels(*base, "unexplained").inc(max(missed, 0.0))
+        cost = self.engine.prices.cost(
+            analysis.prompt.model,
+            analysis.prompt.provider,
+            cached=usage.cached,
+            write_5m=usage.cache_write - usage.cache_write_1h,
+            write_1h=usage.cache_write_1h,
+            uncached=usage.uncached,
+            output=usage.output,
+        )
+        if cost is not None:
+            for kind, usd in (
+                ("cached", cost.cached_usd),
+                ("cache_write", cost.cache_write_usd),
+                ("uncached", cost.input_usd),
+                ("output", cost.output_usd),
+            ):
+                m.cost_usd.labels(*base, "reported", kind).inc(max(usd, 0.0))
+            if cost.savings_usd > 0:
+                m.savings_usd.labels(*base).inc(cost.savings_usd)
+        if not analysis.info.exact:
+            self._calibrate(analysis, usage)
+
+    def _calibrate(self, analysis: Analysis, usage: Usage) -> None:
+        """Learn the provider-tokens-per-stream-token ratio of an estimated tokenizer from usage."""
+        tp = analysis.tokenized
+        stream = len(tp.tokens) + getattr(tp, "hidden", 0)
+        if stream < _CALIBRATION_MIN_TOKENS or usage.input_total <= 0:
+            return
+        observed = usage.input_total / stream
+        if not _RATIO_BOUNDS[0] <= observed <= _RATIO_BOUNDS[1]:
+            return
+        model = analysis.prompt.model
+        with self._lock:
+            ratio = self._ratios.get(model, tp.ratio)
+            ratio += _CALIBRATION_WEIGHT * (observed - ratio)
+            self._ratios[model] = ratio
+        self.engine.counter.set_ratio(model, ratio)
+
+    # -- Responses API chains --------------------------------------------------------------------
+    def _remember_chain(self, tenant: str, response_id: str, chained: _Chained) -> None:
+        with self._stored:
+            self._chain[(tenant, response_id)] = chained
+            self._chain.move_to_end((tenant, response_id))
+            while len(self._chain) > _CHAIN_ENTRIES:
+                self._chain.popitem(last=False)
+
+    def _chained(self, body: Any, flow: Flow) -> Any:
+        """With ``previous_response_id`` the provider puts the stored input and output in front of the
+        new input (instructions and tools stay the new request's own): so does the analysis."""
+        if flow.provider != "openai-responses" or not isinstance(body, dict):
+            return body
+        rid = body.get("previous_response_id")
+        earlier = None
+        with self._stored:
+            if isinstance(rid, str):
+                key = (flow.tenant, rid)
+                deadline = time.monotonic() + _CHAIN_WAIT_SECONDS
+                while key not in self._chain and self._pending.get(flow.tenant):
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self._stored.wait(left):
+                        break
+                earlier = self._chain.get(key)
+            self._pending[flow.tenant] = self._pending.get(flow.tenant, 0) + 1
+        history = [*earlier.input_items, *earlier.output_items] if earlier is not None else []
+        merged_input = [*history, *_input_items(body.get("input"))]
+        # Kept for the response hook: what the provider will hold for the next turn of the chain.
+        flow.metadata["chained_input"] = merged_input
+        if earlier is None:
+            return body
+        merged = {k: v for k, v in body.items() if k != "previous_response_id"}
+        merged["input"] = merged_input
+        return merged

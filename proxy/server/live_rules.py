@@ -1,0 +1,61 @@
+"""The linter's request rules applied to live requests (``findings_total{code, reason}``).
+
+Rules about request files look at tools, system prompts and breakpoints, which an agent repeats
+on every turn. Linting a 400 KB body costs tens of milliseconds, so findings are memoised by the
+digests of the segments that are not conversation messages, plus the breakpoint layout: a new
+turn of a known conversation costs a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+from cachewarden.proxy.engine.prompt import Prompt
+
+_MEMO_ENTRIES = 4096
+# Linting a body costs ~60 ms per MiB: larger bodies are not linted live (the findings of their
+# tools and system prompt come from the smaller requests of the same agent, or from `cachewarden lint`).
+MAX_LINT_BYTES = 4 * 2**20
+
+
+def _key(prompt: Prompt) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{prompt.provider}\x00{prompt.model}\x00{prompt.auto_cache}".encode())
+    for seg in prompt.segments:
+        if seg.message_index is None:
+            h.update(seg.digest.encode())
+        h.update(b"1" if seg.cache_control is not None else b"0")
+    return h.hexdigest()
+
+
+class LiveRules:
+    """``findings(prompt, body) -> [(code, reason)]`` with the lint rule set (info findings skipped)."""
+
+    def __init__(self) -> None:
+        # Imported here so that a proxy without the linter's data still starts (fail open).
+        from cachewarden.linter.engine import lint_source
+
+        self._lint = lint_source
+        self._memo: OrderedDict[str, tuple[tuple[str, str], ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def findings(self, prompt: Prompt, body: bytes) -> tuple[tuple[str, str], ...]:
+        if len(body) > MAX_LINT_BYTES:
+            return ()
+        key = _key(prompt)
+        with self._lock:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+                return hit
+        text = body.decode("utf-8", "replace")
+        found = tuple(
+            (f.code, f.reason) for f in self._lint("request.json", text) if f.severity in ("error", "warning")
+        )
+        with self._lock:
+            self._memo[key] = found
+            while len(self._memo) > _MEMO_ENTRIES:
+                self._memo.popitem(last=False)
+        return found
