@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from cachewarden.proxy.engine.engine import Engine
-from cachewarden.proxy.replay.replayer import Report, Row, replay
+from cachewarden.proxy.replay.replayer import Row, replay
+from cachewarden.proxy.replay.report import Report
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 TRACES = DATA / "traces"

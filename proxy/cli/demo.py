@@ -32,7 +32,8 @@ from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.engine.errors import CachewardenError
 from cachewarden.proxy.engine.tokenizers import get_tokenizer
 from cachewarden.proxy.replay.logs import read_lines
-from cachewarden.proxy.replay.replayer import Report, replay
+from cachewarden.proxy.replay.replayer import replay
+from cachewarden.proxy.replay.report import Report
 from cachewarden.proxy.replay.report_text import render_text
 from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.testing import Served

@@ -27,7 +27,8 @@ from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.engine.errors import CachewardenError
 from cachewarden.proxy.engine.prompt import PROVIDERS
 from cachewarden.proxy.replay.logs import read_lines
-from cachewarden.proxy.replay.replayer import Problem, Report, Row, replay
+from cachewarden.proxy.replay.replayer import Problem, Row, replay
+from cachewarden.proxy.replay.report import Report
 
 PROG = "cachewarden replay"
 # Rows spill from memory to a temporary file beyond this size.

@@ -9,15 +9,22 @@ request that repeats most of an earlier one only tokenizes its new segments.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from .models import ModelTable
 from .prompt import Prompt, Segment, digest_text
+from .rendering import (
+    TOOLS_HEAD,
+    TOOLS_TAIL,
+    anthropic_output_schema,
+    function_of,
+    param_object,
+    render_function,
+    render_response_format,
+)
 from .tokenizers import Tokenizer, get_tokenizer
 
 # Pseudo-tokens for framing. Negative so they never equal a real token id; images use values below
@@ -151,147 +158,8 @@ def image_tokens(digest: str, n: int) -> list[int]:
     return [-(_IMAGE_BASE + (base + i) % (1 << 48)) for i in range(n)]
 
 
-# ---------------------------------------------------------------------------------------------------
-# Tool definitions → TypeScript-like text (OpenAI). Approximate: the exact template is not public.
-
-
-def _ts_type(schema: Any, indent: int) -> str:
-    if not isinstance(schema, Mapping):
-        return "any"
-    if "enum" in schema and isinstance(schema["enum"], list):
-        return " | ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
-    if "const" in schema:
-        return json.dumps(schema["const"], ensure_ascii=False)
-    for key in ("anyOf", "oneOf"):
-        if isinstance(schema.get(key), list):
-            return " | ".join(_ts_type(s, indent) for s in schema[key])
-    ref = schema.get("$ref")
-    if isinstance(ref, str):
-        return ref.rsplit("/", 1)[-1]
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        return " | ".join(_ts_type({**schema, "type": k}, indent) for k in kind)
-    if kind == "array":
-        item = _ts_type(schema.get("items", {}), indent)
-        return f"Array<{item}>" if " " in item or "\n" in item else f"{item}[]"
-    if kind == "object":
-        if not isinstance(schema.get("properties"), Mapping) or not schema["properties"]:
-            return "object"
-        return "{\n" + _ts_props(schema, indent + 1) + "\n" + "  " * indent + "}"
-    if kind in ("integer", "number"):
-        return "number"
-    if kind in ("string", "boolean", "null"):
-        return str(kind)
-    return "any"
-
-
-def _ts_props(schema: Mapping[str, Any], indent: int) -> str:
-    required = set(schema.get("required") or [])
-    pad = "  " * indent
-    lines: list[str] = []
-    for key, prop in schema["properties"].items():
-        if isinstance(prop, Mapping) and prop.get("description"):
-            lines.append(f"{pad}// {prop['description']}")
-        default = ""
-        if isinstance(prop, Mapping) and "default" in prop:
-            default = f" // default: {json.dumps(prop['default'], ensure_ascii=False)}"
-        optional = "" if key in required else "?"
-        lines.append(f"{pad}{key}{optional}: {_ts_type(prop, indent)},{default}")
-    return "\n".join(lines)
-
-
-def render_function(fn: Mapping[str, Any]) -> str:
-    """One function definition as OpenAI renders it into the system prompt (approximation)."""
-    lines = [f"// {fn['description']}"] if fn.get("description") else []
-    params = fn.get("parameters")
-    name = fn.get("name", "")
-    if isinstance(params, Mapping) and isinstance(params.get("properties"), Mapping) and params["properties"]:
-        lines.append(f"type {name} = (_: {{\n{_ts_props(params, 0)}\n}}) => any;")
-    else:
-        lines.append(f"type {name} = () => any;")
-    if isinstance(params, Mapping) and isinstance(params.get("$defs"), Mapping):
-        lines.extend(f"type {k} = {_ts_type(v, 0)};" for k, v in params["$defs"].items())
-    return "\n".join(lines)
-
-
-# Structured outputs. OpenAI: the json_schema format as a "# Response Formats" section with the schema
-# as compact JSON minus the keywords that only annotate it (title, additionalProperties); of ~40
-# renderings tried (TypeScript, JSON with and without those keywords, escaped or not, with and without
-# the header) this one has the smallest spread over 181 recorded requests (median 0.6% of the prompt).
-# Anthropic (output_format / output_config.format): the schema as indented JSON plus schema_once; it
-# is not a segment (the adapter keeps it in params), so its tokens are TokenizedPrompt.hidden.
-_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
-_SCHEMA_ANNOTATIONS = ("title", "additionalProperties")
-
-
-def _strip_annotations(schema: Any) -> Any:
-    if isinstance(schema, list):
-        return [_strip_annotations(v) for v in schema]
-    if not isinstance(schema, Mapping):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in _SCHEMA_ANNOTATIONS:
-            continue
-        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
-            out[key] = {name: _strip_annotations(sub) for name, sub in value.items()}
-        else:
-            out[key] = _strip_annotations(value)
-    return out
-
-
-def render_response_format(text: str) -> str | None:
-    """A json_schema response format (chat ``response_format`` / Responses ``text.format``) as rendered."""
-    try:
-        spec = json.loads(text)
-    except ValueError:
-        return None
-    holder = spec.get("json_schema", spec) if isinstance(spec, Mapping) else None
-    if not isinstance(holder, Mapping):
-        return None
-    head = f"# Response Formats\n\n## {holder.get('name') or ''}\n\n"
-    if holder.get("description"):
-        head += f"// {holder['description']}\n"
-    schema = _strip_annotations(holder.get("schema", {}))
-    return head + json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-
-
 def _tools_forced(framing: Framing) -> int:
     return framing.tools_once if framing.tools_forced is None else framing.tools_forced
-
-
-def _param_obj(prompt: Prompt, name: str) -> Mapping[str, Any]:
-    raw = prompt.param(name)
-    try:
-        value = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, Mapping) else {}
-
-
-def anthropic_output_schema(prompt: Prompt) -> str | None:
-    """The structured-output schema of an Anthropic request as indented JSON, if it has one."""
-    fmt = _param_obj(prompt, "output_format") or _param_obj(prompt, "output_config").get("format")
-    if not isinstance(fmt, Mapping) or not isinstance(fmt.get("schema"), Mapping):
-        return None
-    return json.dumps(fmt["schema"], ensure_ascii=False, indent=2)
-
-
-def _function_of(text: str) -> Mapping[str, Any] | None:
-    """The function definition in a tool segment's JSON (chat nests it under "function"), if any."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    if isinstance(value, Mapping) and isinstance(value.get("function"), Mapping):
-        value = value["function"]
-    if isinstance(value, Mapping) and isinstance(value.get("name"), str):
-        return value
-    return None
-
-
-_TOOLS_HEAD = "# Tools\n\n## functions\n\nnamespace functions {\n\n"
-_TOOLS_TAIL = "} // namespace functions"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -387,7 +255,7 @@ class PromptCounter:
             hit = self.memo.get((tok.name, "ts", seg.digest))
             if hit is not None:
                 return hit
-            fn = _function_of(seg.text)
+            fn = function_of(seg.text)
             if fn is not None:
                 return self._content(tok, "ts", seg, render_function(fn) + "\n\n")
         if seg.kind == "schema" and framing.typescript_tools:
@@ -409,11 +277,11 @@ class PromptCounter:
             return 0
         extra = 0
         if any(s.kind == "tool" for s in prompt.segments):
-            forced = _param_obj(prompt, "tool_choice").get("type") in ("any", "tool")
+            forced = param_object(prompt, "tool_choice").get("type") in ("any", "tool")
             extra += (_tools_forced(framing) if forced else framing.tools_once) - min(
                 framing.tools_once, _tools_forced(framing)
             )
-        if _param_obj(prompt, "thinking").get("type") in ("enabled", "adaptive"):
+        if param_object(prompt, "thinking").get("type") in ("enabled", "adaptive"):
             extra += framing.thinking_once
         schema = anthropic_output_schema(prompt)
         if schema is not None:
@@ -444,11 +312,11 @@ class PromptCounter:
                 if i == first_tool:
                     tokens.extend([PAD] * tools_once)
                     if framing.typescript_tools:
-                        tokens.extend(self._content_raw(tok, "tools-head", _TOOLS_HEAD))
+                        tokens.extend(self._content_raw(tok, "tools-head", TOOLS_HEAD))
                 tokens.extend([PAD] * framing.per_tool)
                 tokens.extend(self._segment_content(tok, framing, seg))
                 if i == last_tool and framing.typescript_tools:
-                    tokens.extend(self._content_raw(tok, "tools-tail", _TOOLS_TAIL))
+                    tokens.extend(self._content_raw(tok, "tools-tail", TOOLS_TAIL))
             elif seg.kind == "schema":
                 tokens.extend([PAD] * framing.schema_once)
                 tokens.extend(self._segment_content(tok, framing, seg))

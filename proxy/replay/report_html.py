@@ -17,7 +17,7 @@ from string import Template
 
 from cachewarden.proxy.explain.attribution import FIXES
 
-from .replayer import Miss, Point, Report
+from .report import Miss, Point, Report
 from .report_text import percent, usd
 
 # Plot geometry (SVG user units; the SVG scales to the page width).

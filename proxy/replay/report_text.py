@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from cachewarden.proxy.explain.attribution import FIXES
 
-from .replayer import LOW_STABLE_SHARE, DivergenceView, Miss, Report
+from .replayer import LOW_STABLE_SHARE
+from .report import DivergenceView, Miss, Report
 
 WORST = 3
 

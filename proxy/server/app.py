@@ -30,7 +30,8 @@ import httpx
 from cachewarden.proxy.engine.adapters import load_body
 from cachewarden.proxy.engine.errors import RequestError
 from cachewarden.proxy.engine.usage import Provider, UsageTracker
-from cachewarden.proxy.server.transforms.optimize import STRIP_USAGE_CHUNK, identity_encoding, stream_editor
+from cachewarden.proxy.server.transforms.optimize import STRIP_USAGE_CHUNK
+from cachewarden.proxy.server.transforms.usage_stream import identity_encoding, stream_editor
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request

@@ -12,10 +12,10 @@ from cachewarden.proxy.engine.counting import (
     Tokenizer,
     framing_for,
     image_tokens,
-    render_response_format,
 )
 from cachewarden.proxy.engine.models import load_model_table
 from cachewarden.proxy.engine.prompt import Prompt, Segment
+from cachewarden.proxy.engine.rendering import render_response_format
 
 EXAMPLES = Path(count_cmd.__file__).parents[1] / "examples"
 

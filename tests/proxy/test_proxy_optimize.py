@@ -26,14 +26,16 @@ from cachewarden.proxy.server.transforms.optimize import (
     BreakpointPlanner,
     Optimizer,
     ReuseCounter,
-    UsageChunkStripper,
     cache_key_for,
-    drop_null_usage,
-    edit_chat_event,
-    identity_encoding,
     request_stream_usage,
 )
 from cachewarden.proxy.server.transforms.rewriter import CacheRewriter
+from cachewarden.proxy.server.transforms.usage_stream import (
+    UsageChunkStripper,
+    drop_null_usage,
+    edit_chat_event,
+    identity_encoding,
+)
 from cachewarden.proxy.testing import metric_sum, scrape, serving
 
 MODEL = "claude-sonnet-5"  # minimum cacheable prefix: 1024 tokens in the model table

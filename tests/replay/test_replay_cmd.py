@@ -11,7 +11,8 @@ import pytest
 from cachewarden.proxy import cli
 from cachewarden.proxy.cli import replay as replay_cmd
 from cachewarden.proxy.cli.replay import main, spool_rows, write_json
-from cachewarden.proxy.replay.replayer import Report, replay
+from cachewarden.proxy.replay.replayer import replay
+from cachewarden.proxy.replay.report import Report
 from replay_fixtures import SYSTEM, anthropic, chat, line, write_log
 
 T0 = 1_700_000_000

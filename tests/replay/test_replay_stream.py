@@ -6,7 +6,8 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from cachewarden.proxy.replay.replayer import Problem, Report, Row, replay
+from cachewarden.proxy.replay.replayer import Problem, Row, replay
+from cachewarden.proxy.replay.report import Report
 from replay_fixtures import BUILDERS, SHARED_DATA, SYSTEM, chat, line
 
 T0 = 1_700_000_000
