@@ -1,7 +1,7 @@
 """Bad input through the proxy: every malformed request is forwarded unchanged, or refused with a clear 4xx.
 
 A capturing upstream records the exact bytes it receives. The proxy runs with the full analysis
-(``server_cmd.build``: engine, rules, reported usage) in observe mode, on real loopback sockets.
+(``cli.proxy.build``: engine, rules, reported usage) in observe mode, on real loopback sockets.
 After the whole corpus the proxy is still healthy, and every body the analysis could not read is
 counted in ``cachewarden_analysis_errors_total{stage="request"}`` (exactly: the adapters raise a
 RequestError, the hook dispatcher counts it; readable bodies cause no error).

@@ -2,7 +2,7 @@
 
 The upstream streams an event every 50 ms until its client leaves, and counts the streams it
 started and the ones whose client (the proxy) went away. Clients (asyncio + httpx, 50 at a time)
-open a streamed request through the proxy (full analysis, ``server_cmd.build``), read the first
+open a streamed request through the proxy (full analysis, ``cli.proxy.build``), read the first
 chunk and drop the connection. After the first 100 and after all 1,000 the test measures, once
 the streams settled: connections to the upstream port (/proc/net/tcp), open file descriptors,
 asyncio tasks on the proxy's event loop, live Python objects and RSS. Every upstream stream must
