@@ -1,7 +1,8 @@
 """The emulator's reference prompt cache: what a provider would read, write and bill for one request.
 
 This is the REFERENCE model the proxy's predictions are checked against, so it is written to be
-obviously right rather than fast, and independently of ``proxy/engine/index/`` / ``proxy/engine/cache_model.py``:
+obviously right rather than fast, and independently of ``proxy/engine/index/`` and
+``proxy/engine/cache_model.py``:
 
 - ``prefix`` / ``blocks`` / ``radix`` modes (OpenAI before GPT-5.6, vLLM, SGLang, ...): every
   request's token stream is kept as a plain tuple with the time it was last sent; a new request
