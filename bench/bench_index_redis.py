@@ -31,7 +31,8 @@ from typing import Any
 
 from cachewarden.proxy.engine.adapters import parse_request
 from cachewarden.proxy.engine.engine import Engine
-from cachewarden.proxy.engine.index.memory import MemoryIndex, PrefixIndex
+from cachewarden.proxy.engine.index.base import PrefixIndex
+from cachewarden.proxy.engine.index.memory import MemoryIndex
 
 SCOPE = "tenant\x1fopenai\x1fgpt-4o\x1f"
 VOCAB = 200_000

@@ -26,7 +26,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from cachewarden.proxy.engine.index.memory import Match, MemoryIndex, PrefixIndex
+from cachewarden.proxy.engine.index.base import Match, PrefixIndex
+from cachewarden.proxy.engine.index.memory import MemoryIndex
 
 from .cache_model import Prediction, breakpoint_positions, predict
 from .counting import PromptCounter, TokenizedPrompt

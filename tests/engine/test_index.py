@@ -8,9 +8,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import cachewarden.proxy.engine.index.memory as index_mod
+import cachewarden.proxy.engine.index.trie as trie_mod
 import pytest
-from cachewarden.proxy.engine.index.memory import IndexStats, Match, MemoryIndex, PrefixIndex
+from cachewarden.proxy.engine.index.base import IndexStats, Match, PrefixIndex
+from cachewarden.proxy.engine.index.memory import MemoryIndex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,12 +79,13 @@ class Reference:
 @contextmanager
 def fan_out(n: int) -> Iterator[None]:
     """Force the children tries to split early so that the split paths get exercised."""
-    old = index_mod._FAN_OUT
-    index_mod._FAN_OUT = n
+    # Patched where _fan_add reads it: the trie module, not memory (which does not re-export it).
+    old = trie_mod._FAN_OUT
+    trie_mod._FAN_OUT = n
     try:
         yield
     finally:
-        index_mod._FAN_OUT = old
+        trie_mod._FAN_OUT = old
 
 
 # -- random workloads --------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from cachewarden.proxy.engine.index.memory import MemoryIndex, PrefixIndex
+from cachewarden.proxy.engine.index.base import PrefixIndex
+from cachewarden.proxy.engine.index.memory import MemoryIndex
 from cachewarden.proxy.engine.index.open_index import open_index
 from cachewarden.proxy.engine.index.resilient import ResilientIndex
 from hypothesis import given, settings

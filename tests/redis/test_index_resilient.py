@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import pytest
-from cachewarden.proxy.engine.index.memory import IndexStats, Match, MemoryIndex
+from cachewarden.proxy.engine.index.base import IndexStats, Match
+from cachewarden.proxy.engine.index.memory import MemoryIndex
 from cachewarden.proxy.engine.index.resilient import ResilientIndex
 
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import TypedDict, Unpack
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .memory import MemoryIndex, PrefixIndex
+from .base import PrefixIndex
+from .memory import MemoryIndex
 from .resilient import ResilientIndex
 
 __all__ = ["IndexCaps", "open_index"]

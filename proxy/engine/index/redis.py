@@ -53,7 +53,7 @@ from typing import Any
 
 import redis
 
-from .memory import NO_MATCH, IndexStats, Match
+from .base import NO_MATCH, IndexStats, Match
 
 __all__ = ["RedisIndex"]
 

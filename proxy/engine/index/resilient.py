@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from .memory import IndexStats, Match, PrefixIndex
+from .base import IndexStats, Match, PrefixIndex
 
 __all__ = ["ResilientIndex"]
 

@@ -1,0 +1,71 @@
+"""What every prefix index backend shares: the ``PrefixIndex`` protocol and the results it answers.
+
+Backends: ``MemoryIndex`` (``memory``, one process), ``RedisIndex`` (``redis``, shared by replicas)
+and ``ResilientIndex`` (``resilient``, a shared one that falls back to a local one). They import
+their common vocabulary from here rather than from one another, so no backend depends on another's
+implementation. Time is always passed in (``now``, ``ttl``): ages are differences of the caller's
+timestamps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["NO_MATCH", "IndexStats", "Match", "PrefixIndex"]
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Result of a lookup. Token counts are exact; ``age_seconds`` refers to the held prefix."""
+
+    common_prefix_tokens: int
+    held_prefix_tokens: int
+    entry_id: str | None
+    entry_tokens: int
+    age_seconds: float | None
+
+
+NO_MATCH = Match(0, 0, None, 0, None)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStats:
+    entries: int
+    tokens: int  # tokens held in distinct blocks
+    blocks: int
+
+
+class PrefixIndex(Protocol):
+    """Backend interface: in memory (``MemoryIndex``) or, later, a shared store."""
+
+    def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match: ...
+
+    def insert(
+        self,
+        scope: str,
+        tokens: Sequence[int],
+        *,
+        now: float,
+        entry_id: str | None = None,
+        ttl: float | None = None,
+    ) -> str: ...
+
+    def mark(
+        self,
+        scope: str,
+        tokens: Sequence[int],
+        positions: Iterable[int],
+        *,
+        now: float,
+        ttl: float | None = None,
+    ) -> None: ...
+
+    def marks(
+        self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
+    ) -> dict[int, float]: ...
+
+    def stats(self) -> IndexStats: ...
+
+    def clear(self) -> None: ...

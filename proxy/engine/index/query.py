@@ -1,0 +1,150 @@
+"""The work on one token sequence that every walk of it shares (``_Query``), kept between calls.
+
+A lookup hashes the prompt's blocks into a chain once for all scopes and indexes; the lookup,
+insert and marks of one request (in two indexes) then share one walk of it, and the next prompt of
+the scope starts from the blocks it shares with the previous one. ``_query`` keeps that work for the
+next call for tuples only, which cannot change in between.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from itertools import repeat
+
+from .trie import _Node, _pack
+
+# Token tuples whose per-sequence work (_Query) is kept for the next call: one request looks its
+# stream up, inserts it and marks it in two indexes, and a few requests run at once.
+_QUERY_CACHE = 16
+
+
+class _Query:
+    """The work on one token sequence that every walk of it shares, whatever the index or scope.
+
+    Blocks are the full blocks, then the partial last one if any. ``chain()[i]`` hashes blocks
+    ``0..i`` (a node's key is ``hash((root key, chain[i]))``, so the chain is computed once for all
+    scopes and indexes). ``paths`` remembers, per (index generation, scope), held nodes of the first
+    full blocks: the lookup, insert and marks of one request walk once. ``adopt`` takes the chain,
+    keys and paths of the blocks shared with an earlier sequence (the previous request of the
+    conversation), so that a request costs its new blocks, not its whole length.
+    """
+
+    __slots__ = ("_adopted", "_chain", "_complete", "_keys", "bs", "full", "paths", "toks")
+
+    def __init__(self, toks: Sequence[int], bs: int) -> None:
+        self.toks = toks
+        self.bs = bs
+        self.full = len(toks) // bs
+        self._chain: list[int] = []
+        self._complete = False
+        self._adopted = False
+        self._keys: dict[int, list[int]] = {}
+        self.paths: dict[tuple[int, str], list[_Node]] = {}
+
+    def block(self, i: int) -> tuple[int, ...]:
+        """The tokens of block ``i`` (the last one may be partial)."""
+        return tuple(self.toks[i * self.bs : (i + 1) * self.bs])
+
+    def chain(self) -> list[int]:
+        if not self._complete:
+            toks, bs, full = self.toks, self.bs, self.full
+            chain = list(self._chain)
+            append = chain.append
+            c = chain[-1] if chain else 0
+            # Block tuples are not kept: many small objects for the garbage collector.
+            for block in zip(*[iter(toks[len(chain) * bs : full * bs])] * bs, strict=False):
+                c = hash((c, block))
+                append(c)
+            if len(toks) % bs:
+                append(hash((c, tuple(toks[full * bs :]))))
+            self._chain, self._complete = chain, True
+        return self._chain
+
+    def keys(self, root_key: int) -> list[int]:
+        chain = self.chain()
+        keys = self._keys.get(root_key, [])
+        if len(keys) < len(chain):
+            keys = self._keys[root_key] = keys + list(
+                map(hash, zip(repeat(root_key), chain[len(keys) :], strict=False))
+            )
+        return keys
+
+    def adopt(self, earlier: _Query) -> None:
+        """Take over what ``earlier`` computed for the full blocks both sequences start with (once)."""
+        if self._adopted or earlier is self or earlier.bs != self.bs:
+            return
+        self._adopted = True
+        shared = _common_blocks(self.toks, earlier.toks, self.bs, min(self.full, earlier.full))
+        if not shared:
+            return
+        if not self._complete and len(self._chain) < shared <= len(earlier._chain):
+            self._chain = earlier._chain[:shared]
+        for root_key, keys in earlier._keys.items():
+            if len(self._keys.get(root_key, ())) < shared <= len(keys):
+                self._keys[root_key] = keys[:shared]
+        for pkey, path in earlier.paths.items():
+            if len(self.paths.get(pkey, ())) < min(shared, len(path)):
+                self.paths[pkey] = path[:shared]
+
+
+def _common_blocks(a: Sequence[int], b: Sequence[int], bs: int, limit: int) -> int:
+    """How many full blocks (at most ``limit``) ``a`` and ``b`` start with (C-speed slice compares)."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo * bs : mid * bs] == b[lo * bs : mid * bs]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _packed(q: _Query, start: int, n: int) -> tuple[bytes, list[int], Sequence[int]]:
+    """Full blocks ``start .. start+n`` of the query packed as ``_pack`` packs them: the bytes, the item
+    size of each block and the byte offset where each starts (plus the end)."""
+    bs = q.bs
+    try:
+        data = struct.pack(f"{n * bs}i", *q.toks[start * bs : (start + n) * bs])
+        return data, [4] * n, range(0, 4 * bs * n + 1, 4 * bs)
+    except struct.error:
+        # Some token beyond 32 bits (images, salts): block by block, as _pack does.
+        parts: list[bytes] = []
+        sizes: list[int] = []
+        for i in range(start, start + n):
+            try:
+                packed = _pack(q.block(i))
+            except OverflowError:  # beyond 64 bits: never equal to a held block (see _verified)
+                parts.append(b"")
+                sizes.append(0)
+                continue
+            parts.append(packed.tobytes())
+            sizes.append(packed.itemsize)
+        return b"".join(parts), sizes, [0, *itertools.accumulate(len(p) for p in parts)]
+
+
+_queries: OrderedDict[tuple[int, int], _Query] = OrderedDict()
+_queries_lock = threading.Lock()
+
+
+def _query(toks: Sequence[int], bs: int) -> _Query:
+    """The shared work on ``toks``; kept for the next call only for tuples, which cannot change."""
+    if type(toks) is not tuple:
+        return _Query(toks, bs)
+    key = (id(toks), bs)
+    with _queries_lock:
+        q = _queries.get(key)
+        if q is not None and q.toks is toks:
+            _queries.move_to_end(key)
+            return q
+    q = _Query(toks, bs)
+    with _queries_lock:
+        # The entry holds the tuple, so its id cannot be reused while the entry lives.
+        _queries[key] = q
+        _queries.move_to_end(key)
+        while len(_queries) > _QUERY_CACHE:
+            _queries.popitem(last=False)
+    return q
