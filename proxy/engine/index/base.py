@@ -38,7 +38,7 @@ class IndexStats:
 
 
 class PrefixIndex(Protocol):
-    """Backend interface: in memory (``MemoryIndex``) or, later, a shared store."""
+    """Backend interface: in memory (``MemoryIndex``) or shared by replicas (``RedisIndex``)."""
 
     def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match: ...
 
