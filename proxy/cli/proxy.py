@@ -8,8 +8,9 @@ Exit 0 after a clean shutdown, 2 on a bad configuration (one line on stderr). On
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -83,14 +84,50 @@ def _check_files(settings: Settings) -> None:
             raise ConfigError(f"upstreams.{upstream.name}.tokenizer {upstream.tokenizer}: no such file")
 
 
-def build(settings: Settings) -> Starlette:
+def check_shared_index(settings: Settings) -> None:
+    """Refuses a shared index that would silently predict wrong. Each replica hashes API keys with
+    its own random salt unless ``--key-salt`` is set, so replica B never finds the tenant replica A
+    stored (a named ``--tenant-header`` tenant needs no salt); and stored hashes are keyed by
+    ``--index-secret``. Redis' URL is never printed: it may hold a password."""
+    if settings.index.strip().lower() in ("", "memory", "memory://"):
+        return
+    missing = [] if settings.index_secret else ["--index-secret"]
+    if not settings.key_salt and not settings.tenant_header:
+        missing.insert(0, "--key-salt (or --tenant-header)")
+    if missing:
+        raise ConfigError(
+            f"a shared --index needs {' and '.join(missing)}: the same value on every replica "
+            "(CACHEWARDEN_KEY_SALT / CACHEWARDEN_INDEX_SECRET), or replicas never see each other's prompts"
+        )
+
+
+def otel_analyzers(settings: Settings, metrics: Metrics, env: Mapping[str, str]) -> list[Analyzer]:
+    """With ``--otel``: the analyzer that exports spans and GenAI metrics; the Prometheus metrics
+    are mirrored as OTel instruments. Imports OpenTelemetry only then (it is an optional extra)."""
+    if not settings.otel:
+        return []
+    from cachewarden.proxy.server.otel import open_telemetry
+    from cachewarden.proxy.server.otel_config import read_otel_config
+    from cachewarden.proxy.server.otel_metrics import mirror_metrics
+    from cachewarden.proxy.server.otel_spans import OtelAnalyzer
+
+    telemetry = open_telemetry(read_otel_config(env), metrics)
+    if telemetry.meter is not None:
+        mirror_metrics(metrics, telemetry.meter)
+    return [OtelAnalyzer(telemetry, metrics)]
+
+
+def build(settings: Settings, env: Mapping[str, str] | None = None) -> Starlette:
+    """The proxy app of ``settings``; ``env`` (default: the process environment) holds OTEL_*."""
     metrics = Metrics(settings.max_model_labels, tenant_labels=settings.tenant_labels)
     try:
         # One engine: the optimize-mode rewriter counts tokens with the same table and memo as analysis.
         engine = build_engine(settings, metrics)
+        analyzers = build_analyzers(settings, metrics, engine)
+        analyzers += otel_analyzers(settings, metrics, os.environ if env is None else env)
         return create_app(
             settings,
-            analyzers=build_analyzers(settings, metrics, engine),
+            analyzers=analyzers,
             metrics=metrics,
             rewriter=build_rewriter(settings, metrics, engine),
         )
@@ -107,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(sys.argv[1:] if argv is None else argv)
         _check_files(settings)
+        check_shared_index(settings)
         app = build(settings)
     except CachewardenError as exc:
         print(f"cachewarden proxy: error: {exc}", file=sys.stderr)

@@ -65,6 +65,7 @@ from .hooks import (
     Timings,
     call_hooks,
     call_rewriter,
+    close_analyzers,
     default_analyzers,
     redact,
 )
@@ -215,6 +216,7 @@ class Proxy:
             await client.aclose()
             # Queued analysis writes metrics and the capture file: let it finish before the sinks close.
             await anyio.to_thread.run_sync(self.analysis.shutdown)
+            await anyio.to_thread.run_sync(close_analyzers, self.analyzers)
             for sink in (self.access_log, self.capture):
                 if sink is not None:
                     sink.close()
@@ -363,6 +365,7 @@ class Proxy:
             if tracker is not None:
                 report = tracker.finish()
                 flow.usage, flow.usage_raw, flow.usage_state = report.usage, report.raw, report.state
+                flow.metadata["response_model"] = report.model
                 if report.response_id is not None:
                     flow.metadata["response_id"] = report.response_id
                     flow.metadata["response_output"] = report.output_items

@@ -88,6 +88,9 @@ class Settings:
     # waiting for analysis, new ones are forwarded unanalysed (counted) rather than queued.
     analysis_workers: int = 2
     analysis_backlog: int = 256
+    # OpenTelemetry export (spans + metrics over OTLP/HTTP, beside /metrics); the exporter itself is
+    # configured by the standard OTEL_* environment variables (server/otel_config.py).
+    otel: bool = False
 
 
 # -- value parsers: raw (str from flag/env, any from file) -> typed, or ConfigError -------------------
@@ -214,6 +217,15 @@ def parse_upstreams(name: str, value: object) -> dict[str, NamedUpstream]:
     return out
 
 
+def parse_bool(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        _fail(name, value, "expected true or false")
+    return text in ("1", "true", "yes", "on")
+
+
 def parse_index_url(name: str, value: object) -> str:
     text = parse_text(name, value)
     if not text.startswith(("memory://", "redis://", "rediss://", "unix://")):
@@ -258,6 +270,7 @@ _PARSERS: dict[str, Callable[[str, object], object]] = {
     "index_secret": parse_text,
     "analysis_workers": parse_positive_int,
     "analysis_backlog": parse_positive_int,
+    "otel": parse_bool,
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"
 
@@ -358,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="requests waiting for analysis before new ones skip it (default 256)",
     )
+    add("--otel", action="store_const", const=True, help="also export OTLP spans + metrics (OTEL_* env)")
     return p
 
 

@@ -12,6 +12,7 @@ Order of events for one analysed request::
 Hooks fail open: any exception is logged, counted in ``analysis_errors_total{stage}`` and the
 client sees nothing. Analyzers run in several threads at once (one per request), so shared state
 in an analyzer needs a lock. ``flow.metadata`` carries state from ``request`` to ``response``.
+An analyzer may also have a ``close()`` method: it runs once at shutdown, after the last hook.
 """
 
 from __future__ import annotations
@@ -152,6 +153,18 @@ def call_hooks(
             metrics.analysis_errors.labels(
                 *metrics.labels(flow.provider, flow.model, flow.tenant), stage
             ).inc()
+
+
+def close_analyzers(analyzers: Sequence[Analyzer]) -> None:
+    """Calls the optional ``close()`` of every analyzer at shutdown; an exception is logged only."""
+    for analyzer in analyzers:
+        close = getattr(analyzer, "close", None)
+        if close is None:
+            continue
+        try:
+            close()
+        except Exception:
+            logger.exception("analyzer %s failed to close", _name(analyzer))
 
 
 def call_rewriter(rewriter: Rewriter, flow: Flow, metrics: Metrics) -> bytes:
