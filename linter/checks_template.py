@@ -15,6 +15,7 @@ from .vocab import ISO_DATETIME, RFC_DATETIME, words
 
 _VOLATILE_CODE = {"timestamp": "CW101", "unique-id": "CW102", "random": "CW103"}
 _ITEMS_FIX = {"items": "|dictsort", "keys": "|dictsort|map('first')", "values": "|dictsort|map('last')"}
+_MAPPING_ORDER = {"what": "mapping", "order": "insertion order", "remedy": "`|dictsort`"}
 _ROLE_LINE = re.compile(
     r"^[ \t]*(?:#+[ \t]*)?<?\|?(system|developer|user|assistant|human|ai)\|?>?[ \t]*:?[ \t]*$", re.I | re.M
 )
@@ -100,7 +101,8 @@ def _loop(loop: Loop) -> Iterator[Hit]:
         edits: tuple[Edit, ...] = ()
         if loop.iter_start >= 0 and dotted(base) is not None:
             edits = (Edit(start, end, f"{name}{_ITEMS_FIX[method]}"),)
-        yield Hit("CW202", start, end, {"value": loop.iter_text or name, "method": method}, edits)
+        args = {"value": loop.iter_text or name, "method": method, **_MAPPING_ORDER}
+        yield Hit("CW202", start, end, args, edits)
         return
     tools = dotted(it)
     if tools and set(words(tools.split(".")[-1])) & {"tools", "tool", "functions"}:

@@ -10,7 +10,7 @@ from typing import Any
 from . import suppressions
 from .context import Context, Settings
 from .findings import Finding, Fix, Hit
-from .readers import lint_json, lint_template, lint_yaml
+from .readers import lint_json, lint_python, lint_template, lint_yaml
 from .rulebook import Rule, load_rules
 from .selection import Selection
 from .sources import Source, kind_of
@@ -38,6 +38,8 @@ def hits_for(source: Source, settings: Settings) -> tuple[list[Hit], object]:
         return list(lint_template(ctx)), None
     if source.kind == "json":
         return lint_json(ctx)
+    if source.kind == "python":
+        return list(lint_python(ctx)), None
     return lint_yaml(ctx), None
 
 
@@ -70,7 +72,7 @@ def lint_source(
                 code=rule.code,
                 name=rule.name,
                 reason=rule.reason,
-                severity=rule.severity,
+                severity=hit.severity or rule.severity,
                 path=shown,
                 line=line,
                 column=column,

@@ -20,13 +20,17 @@ class Edit:
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """What a check reports: a rule code, a 0-based offset span and the message arguments."""
+    """What a check reports: a rule code, a 0-based offset span and the message arguments.
+
+    ``severity`` overrides the rule's for this hit: a value that changes only once per process is
+    ``info`` where one that changes per request is the rule's ``error``."""
 
     code: str
     start: int
     end: int
     args: dict[str, Any] = field(default_factory=dict)
     edits: tuple[Edit, ...] = ()
+    severity: Severity | None = None
 
 
 @dataclass(frozen=True, slots=True)

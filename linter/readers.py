@@ -14,11 +14,13 @@ from dataclasses import replace
 import jinja2
 from cachewarden.proxy.engine.errors import CachewardenError
 
+from .checks_python import check_python
 from .checks_request import check_body
 from .checks_template import check_template, system_ranges
 from .checks_text import check_text
 from .context import Context
 from .findings import Hit
+from .py_source import PyModule
 from .template_scan import Piece, Scan, scan_template
 from .tree import Node, ParseError, parse_json, parse_yaml
 from .vocab import words
@@ -99,6 +101,16 @@ def _front_matter_model(meta: object) -> str | None:
                 if isinstance(config.get(key), str):
                     return str(config[key])
     return None
+
+
+def lint_python(ctx: Context) -> Iterator[Hit]:
+    try:
+        module = PyModule.parse(ctx.source)
+    except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source
+        line = getattr(exc, "lineno", None) or 1
+        message = getattr(exc, "msg", None) or str(exc)
+        raise FileError(f"{ctx.source.path}:{line}: Python syntax error: {message}") from exc
+    yield from check_python(ctx, module)
 
 
 def lint_json(ctx: Context) -> tuple[list[Hit], object]:

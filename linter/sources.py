@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-Kind = Literal["template", "json", "yaml"]
+Kind = Literal["template", "json", "yaml", "python"]
 
 TEMPLATE_SUFFIXES = frozenset({".j2", ".jinja", ".jinja2", ".txt", ".md", ".prompt", ".prompty"})
-DATA_SUFFIXES = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
+DATA_SUFFIXES: dict[str, Kind] = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".py": "python"}
 SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache"})
 
 
@@ -21,8 +21,7 @@ def kind_of(path: str) -> Kind | None:
     suffix = os.path.splitext(path)[1].lower()
     if suffix in TEMPLATE_SUFFIXES:
         return "template"
-    data = DATA_SUFFIXES.get(suffix)
-    return "json" if data == "json" else "yaml" if data == "yaml" else None
+    return DATA_SUFFIXES.get(suffix)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,70 @@
+"""Python rules: the template rules on each prompt a module builds, plus tool order (CW203).
+
+Each prompt site (``py_sites``) becomes a timeline (``py_timeline``) that ``check_template`` reads
+as it reads a template: a system site is a system section (CW302), the call's literal ``model``
+sets the tokenizer and the cache minimum (CW401 / CW402).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from .checks_template import check_template
+from .context import Context
+from .findings import Hit
+from .py_sites import prompt_sites, resolved, tool_sites
+from .py_source import PyModule, callee
+from .py_timeline import Timeline
+
+MAX_TOOL_DEPTH = 4
+
+
+def check_python(ctx: Context, module: PyModule) -> Iterator[Hit]:
+    text = ctx.source.text
+    for site in prompt_sites(module):
+        timeline = Timeline(module, placeholders=site.placeholders)
+        if site.expr is not None:
+            timeline.text(site.expr)
+        else:
+            timeline.chain(site.chain)
+        here = Context(ctx.source, ctx.settings, model=site.model, provider=site.provider)
+        yield from check_template(here, text, timeline.scan, [(0, len(text))] if site.system else [])
+        yield from timeline.hits
+    for expr in tool_sites(module):
+        yield from _tool_order(module, expr, 0)
+
+
+def _tool_order(module: PyModule, expr: ast.expr, depth: int) -> Iterator[Hit]:
+    """CW203: a tool list built by iterating something without a fixed order."""
+    if depth > MAX_TOOL_DEPTH:
+        return
+    value = resolved(module, expr)
+    if value is not expr:
+        yield from _tool_order(module, value, depth + 1)
+    elif isinstance(value, ast.List | ast.Tuple):
+        for element in value.elts:
+            if isinstance(element, ast.Starred):
+                yield from _tool_order(module, element.value, depth + 1)
+    elif isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+        yield from _tool_order(module, value.left, depth + 1)
+        yield from _tool_order(module, value.right, depth + 1)
+    elif isinstance(value, ast.ListComp | ast.GeneratorExp):
+        yield from _iterated(module, value.generators[0].iter)
+    elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.args:
+        name = callee(value)
+        if name in ("list", "tuple"):
+            yield from _tool_order(module, value.args[0], depth + 1)
+            if not isinstance(value.args[0], ast.ListComp | ast.GeneratorExp | ast.Name):
+                yield from _iterated(module, value.args[0])
+        elif name == "map" and len(value.args) == 2:
+            yield from _iterated(module, value.args[1])
+
+
+def _iterated(module: PyModule, iterable: ast.expr) -> Iterator[Hit]:
+    source = resolved(module, iterable)
+    if isinstance(source, ast.List | ast.Tuple):
+        return  # a literal list: its order is the source's
+    if isinstance(source, ast.Call) and callee(source) == "sorted":
+        return
+    yield Hit("CW203", *module.span(iterable), {"value": module.segment(iterable)})

@@ -1,0 +1,105 @@
+"""Order and serialisation in Python prompt text: ``json.dumps`` without ``sort_keys`` (CW201) and
+iteration without a stable order (CW202).
+
+A set of strings iterates in hash order, which changes from one process to the next (string hashing
+is randomised), and a directory listing in the file system's order: both are warnings, with
+``sorted(...)`` as the fix. A dict iterates in insertion order: when the dict is a literal (or a
+comprehension over one) in the same module, that order is the source's and nothing is reported;
+when its origin is not visible here, the finding is ``info``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from .findings import Edit, Hit
+from .py_source import PyModule, callee, dotted, keyword
+
+_JSON_CALLS = frozenset({"dumps", "json_dumps", "to_json"})
+_VIEWS = {"items": "sorted({0})", "keys": "sorted({0})", "values": ""}
+_LISTINGS = frozenset({"listdir", "scandir", "glob", "iglob", "rglob", "iterdir"})
+_ORDERS = {
+    "set": ("set", "hash order, which changes from one process to the next"),
+    "listing": ("directory listing", "the file system's order, which differs between machines"),
+    "mapping": ("mapping", "insertion order"),
+}
+
+
+def json_hits(module: PyModule, node: ast.Call) -> Iterator[Hit]:
+    """CW201 for ``json.dumps(x)`` / ``orjson.dumps(x)`` without sorted keys; the fix adds them."""
+    name = callee(node)
+    if name not in _JSON_CALLS or not node.args or any(k.arg is None for k in node.keywords):
+        return
+    if _literal_ordered(module, node.args[0]):
+        return  # a dict written in the source serialises in the source's order
+    label = f"{dotted(node.func) or name}()"
+    if isinstance(node.func, ast.Attribute) and dotted(node.func.value) == "orjson":
+        option = keyword(node, "option")
+        if option is None or "OPT_SORT_KEYS" not in module.segment(option.value):
+            yield Hit("CW201", *module.span(node.func), {"value": label})
+        return
+    sort_keys = keyword(node, "sort_keys")
+    if sort_keys is not None and not (
+        isinstance(sort_keys.value, ast.Constant) and not sort_keys.value.value
+    ):
+        return  # sort_keys=True, or a value we cannot judge
+    if sort_keys is not None:
+        edit = Edit(*module.span(sort_keys.value), "True")
+    else:
+        last = max(module.span(a)[1] for a in [*node.args, *(k.value for k in node.keywords)])
+        edit = Edit(last, last, ", sort_keys=True")
+    yield Hit("CW201", *module.span(node.func), {"value": label}, (edit,))
+
+
+def order_hits(module: PyModule, iterable: ast.expr) -> Iterator[Hit]:
+    """CW202 for a set, a directory listing or a dict view iterated into the text."""
+    found = _unordered(module, iterable)
+    if found is None:
+        return
+    kind, view = found
+    start, end = module.span(iterable)
+    label = module.segment(iterable)
+    what, order = _ORDERS["mapping" if view else kind]
+    args = {"value": label, "method": view or kind, "what": what, "order": order, "remedy": "`sorted(...)`"}
+    if view:
+        fix = _VIEWS[view]
+        edits = (Edit(start, end, fix.format(label)),) if fix else ()
+        # Insertion order is stable for a mapping built the same way each time: without its origin
+        # in sight this is a question, not a verdict.
+        yield Hit("CW202", start, end, args, edits, severity="info")
+        return
+    yield Hit("CW202", start, end, args, (Edit(start, end, f"sorted({label})"),))
+
+
+def _unordered(module: PyModule, node: ast.expr) -> tuple[str, str] | None:
+    """("set" | "listing", "") or ("mapping", view method) when iterating ``node`` has no fixed order."""
+    if isinstance(node, ast.Set | ast.SetComp):
+        return "set", ""
+    if isinstance(node, ast.Call):
+        name = callee(node)
+        if isinstance(node.func, ast.Name) and name in ("set", "frozenset"):
+            return "set", ""
+        if name in _LISTINGS:
+            return "listing", ""
+        if isinstance(node.func, ast.Attribute) and name in _VIEWS and not node.args:
+            return None if _literal_ordered(module, node.func.value) else ("mapping", name)
+        return None
+    if isinstance(node, ast.Name):
+        chain = module.resolve(node)
+        value = chain[0].value if chain and len(chain) == 1 and chain[0].op == "=" else None
+        if value is not None and not isinstance(value, ast.Name):
+            found = _unordered(module, value)
+            return found if found is not None and found[0] != "mapping" else None
+    return None
+
+
+def _literal_ordered(module: PyModule, node: ast.expr, depth: int = 0) -> bool:
+    """A dict / list literal (or a name bound once to one): its order is the source's."""
+    if isinstance(node, ast.Dict | ast.List | ast.Tuple):
+        return all(k is not None for k in getattr(node, "keys", ()))  # `**other` merges an unknown order
+    if isinstance(node, ast.Name) and depth < 3:
+        chain = module.resolve(node)
+        if chain and len(chain) == 1 and chain[0].op == "=" and chain[0].value is not None:
+            return _literal_ordered(module, chain[0].value, depth + 1)
+    return False

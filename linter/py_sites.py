@@ -1,0 +1,213 @@
+"""Where a Python module builds the cached part of a prompt.
+
+- SDK calls: ``client.chat.completions.create``, ``client.messages.create`` / ``.stream``,
+  ``client.responses.create``, litellm's ``completion``: their ``system``, ``instructions`` and
+  ``tools`` arguments, with the call's ``model`` when it is a literal;
+- chat messages with the system or developer role: ``{"role": "system", "content": ...}``,
+  LangChain's ``SystemMessage(...)`` and ``("system", "...{field}...")`` templates;
+- values named as prompts: ``SYSTEM_PROMPT = ...``, ``self.instructions = ...``,
+  ``Agent(instructions=...)``, ``def build_system_prompt(...)`` and what it returns.
+
+Only these are read: the rest of the module is code, not prompt text.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .py_source import Binding, PyModule, callee
+from .vocab import words
+
+_CREATE = frozenset({"create", "acreate", "stream", "parse", "count_tokens"})
+_APIS = {
+    "completions": "openai-chat",
+    "ChatCompletion": "openai-chat",
+    "messages": "anthropic",
+    "responses": "openai-responses",
+}
+_LITELLM = frozenset({"completion", "acompletion"})
+_SYSTEM_WORDS = frozenset({"system", "developer", "instructions", "preamble"})
+_PROMPT_WORDS = frozenset({"prompt", "instructions", "preamble"})
+_LANGCHAIN_TEMPLATES = frozenset({"from_messages", "from_template", "PromptTemplate", "ChatPromptTemplate"})
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Prompt text to read: an expression, or the bindings of a name (``prompt = ...; prompt += ...``)."""
+
+    expr: ast.expr | None
+    chain: tuple[Binding, ...] = ()
+    system: bool = False
+    model: str | None = None
+    provider: str = "openai-chat"
+    placeholders: bool = False
+
+
+def sdk_provider(node: ast.Call) -> str | None:
+    """The request format of an LLM SDK call, or None for any other call."""
+    parts = _attrs(node.func)
+    if len(parts) >= 2 and parts[-1] in _CREATE and parts[-2] in _APIS:
+        return _APIS[parts[-2]]
+    if parts and parts[-1] in _LITELLM:
+        return "openai-chat"
+    return None
+
+
+def _attrs(node: ast.expr) -> list[str]:
+    out: list[str] = []
+    while isinstance(node, ast.Attribute):
+        out.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        out.append(node.id)
+    return out[::-1]
+
+
+def _literal_model(node: ast.Call) -> str | None:
+    for k in node.keywords:
+        if k.arg == "model" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str):
+            return k.value.value
+    return None
+
+
+def _prompt_name(name: str) -> bool:
+    ws = words(name)
+    return bool(set(ws) & _PROMPT_WORDS) or (bool(ws) and ws[0] == "system" and len(ws) <= 2)
+
+
+def _is_system(name: str) -> bool:
+    return bool(set(words(name)) & _SYSTEM_WORDS)
+
+
+def resolved(module: PyModule, expr: ast.expr) -> ast.expr:
+    """A name's value when it is bound once with ``=`` (a list of messages or tools), else itself."""
+    if isinstance(expr, ast.Name):
+        chain = module.resolve(expr)
+        if chain and len(chain) == 1 and chain[0].op == "=" and chain[0].value is not None:
+            return chain[0].value
+    return expr
+
+
+def _blocks(module: PyModule, expr: ast.expr) -> Iterator[ast.expr]:
+    """The text of a system value: a string, or a list of ``{"type": "text", "text": ...}`` blocks."""
+    value = resolved(module, expr)
+    if isinstance(value, ast.List | ast.Tuple):
+        for element in value.elts:
+            if isinstance(element, ast.Dict):
+                text = _get(element, "text")
+                if text is not None:
+                    yield text
+        return
+    yield expr
+
+
+def _get(node: ast.Dict, key: str) -> ast.expr | None:
+    for k, v in zip(node.keys, node.values, strict=True):
+        if isinstance(k, ast.Constant) and k.value == key:
+            return v
+    return None
+
+
+def prompt_sites(module: PyModule) -> Iterator[Site]:
+    seen: set[int] = set()
+
+    def once(site: Site) -> Iterator[Site]:
+        key = id(site.expr) if site.expr is not None else id(site.chain[0])
+        if key not in seen:
+            seen.add(key)
+            yield site
+
+    calls = [n for n in ast.walk(module.tree) if isinstance(n, ast.Call)]
+    for call in calls:
+        provider = sdk_provider(call)
+        if provider is None:
+            continue
+        model = _literal_model(call)
+        for k in call.keywords:
+            if k.arg in ("system", "instructions"):
+                for text in _blocks(module, k.value):
+                    yield from once(Site(text, system=True, model=model, provider=provider))
+            elif k.arg in ("messages", "input"):
+                for text in _role_texts(module, resolved(module, k.value)):
+                    yield from once(Site(text, system=True, model=model, provider=provider))
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Dict):
+            for text in _role_texts(module, node):
+                yield from once(Site(text, system=True))
+        elif isinstance(node, ast.Call):
+            yield from (s for site in _call_sites(module, node) for s in once(site))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _prompt_name(node.name):
+            for ret in ast.walk(node):
+                if isinstance(ret, ast.Return) and ret.value is not None:
+                    yield from once(Site(ret.value, system=_is_system(node.name)))
+    for (_, name), bindings in module.bindings.items():
+        if _prompt_name(name):
+            for chain in _chains(bindings):
+                yield from once(Site(None, chain, system=_is_system(name)))
+    for node in ast.walk(module.tree):
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(node, ast.Assign) and isinstance(target, ast.Attribute) and _prompt_name(target.attr):
+            yield from once(Site(node.value, system=_is_system(target.attr)))
+
+
+def _chains(bindings: list[Binding]) -> Iterator[tuple[Binding, ...]]:
+    """Each ``name = value`` with the ``name += ...`` that follow it."""
+    for i, binding in enumerate(bindings):
+        if binding.op == "=" and binding.value is not None:
+            j = i + 1
+            while j < len(bindings) and bindings[j].op == "+=":
+                j += 1
+            yield tuple(bindings[i:j])
+
+
+def _role_texts(module: PyModule, node: ast.expr) -> Iterator[ast.expr]:
+    """The content of system / developer messages in a message dict or a list of them."""
+    if isinstance(node, ast.List | ast.Tuple):
+        for element in node.elts:
+            if isinstance(element, ast.Dict):
+                yield from _role_texts(module, element)
+        return
+    if not isinstance(node, ast.Dict):
+        return
+    role = _get(node, "role")
+    if not (isinstance(role, ast.Constant) and role.value in ("system", "developer")):
+        return
+    content = _get(node, "content")
+    if content is not None:
+        yield from _blocks(module, content)
+
+
+def _call_sites(module: PyModule, node: ast.Call) -> Iterator[Site]:
+    name = callee(node)
+    if name == "SystemMessage":
+        content = (
+            node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "content"), None)
+        )
+        if content is not None:
+            yield Site(content, system=True)
+    elif name in _LANGCHAIN_TEMPLATES:
+        for arg in (*node.args, *(k.value for k in node.keywords if k.arg in ("template", "messages"))):
+            value = resolved(module, arg)
+            if isinstance(value, ast.List | ast.Tuple):
+                for element in value.elts:
+                    pair = element.elts if isinstance(element, ast.Tuple) and len(element.elts) == 2 else None
+                    if pair and isinstance(pair[0], ast.Constant) and isinstance(pair[0].value, str):
+                        yield Site(
+                            pair[1], system=pair[0].value in ("system", "developer"), placeholders=True
+                        )
+            elif name != "from_messages":
+                yield Site(arg, placeholders=True)
+    for k in node.keywords:
+        if k.arg and _prompt_name(k.arg) and sdk_provider(node) is None:
+            yield Site(k.value, system=_is_system(k.arg))
+
+
+def tool_sites(module: PyModule) -> Iterator[ast.expr]:
+    """Expressions that build the tool list an SDK call sends."""
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Call) and sdk_provider(node) is not None:
+            for k in node.keywords:
+                if k.arg in ("tools", "functions"):
+                    yield k.value

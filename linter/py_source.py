@@ -1,0 +1,194 @@
+"""A Python module as the linter reads it: its syntax tree, node offsets, scopes and name bindings.
+
+Positions: ``ast`` gives 1-based lines and UTF-8 byte columns; rules need character offsets into
+the file, so every node span goes through :meth:`PyModule.span`.
+
+Names are resolved the way a reader of the code would: a name used in a function is the value it
+was last given before that point in the function (plus any ``+=`` after it), else the module-level
+value. Loop targets, parameters and imports are bindings without a value.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .sources import Source
+
+ScopeNode = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+_SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """``name = value`` (op "="), ``name += value`` (op "+="), or a binding without a value (op "")."""
+
+    offset: int
+    op: str
+    value: ast.expr | None
+    stmt: ast.AST
+
+
+@dataclass(slots=True)
+class PyModule:
+    source: Source
+    tree: ast.Module
+    parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
+    bindings: dict[tuple[int, str], list[Binding]] = field(default_factory=dict)  # (id(scope), name)
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    modules: set[str] = field(default_factory=set)  # names bound by `import x` / `from x import y`
+    _lines: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, source: Source) -> PyModule:
+        """Raises SyntaxError on a file that is not valid Python."""
+        module = cls(source, ast.parse(source.text, filename=source.path))
+        module._lines = [line.encode("utf-8") for line in source.text.split("\n")]
+        for node in ast.walk(module.tree):
+            for child in ast.iter_child_nodes(node):
+                module.parents[child] = node
+        module._collect()
+        return module
+
+    # --- positions -------------------------------------------------------------------------------
+
+    def offset(self, lineno: int, col: int) -> int:
+        """Character offset of a 1-based line and a UTF-8 byte column."""
+        line = self._lines[lineno - 1] if 0 < lineno <= len(self._lines) else b""
+        return self.source.line_start(lineno) + len(line[:col].decode("utf-8", "replace"))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        start = self.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        end_line = getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
+        end_col = getattr(node, "end_col_offset", None)
+        return start, self.offset(end_line, end_col) if end_col is not None else start
+
+    def segment(self, node: ast.AST) -> str:
+        start, end = self.span(node)
+        return self.source.text[start:end]
+
+    def content_start(self, node: ast.Constant) -> int:
+        """Offset of the first character of a string literal's content (after prefix and quotes)."""
+        start, end = self.span(node)
+        text = self.source.text
+        i = start
+        while i < end and text[i] not in "'\"":
+            i += 1
+        quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else text[i : i + 1]
+        return min(i + len(quote), end)
+
+    # --- scopes and names ------------------------------------------------------------------------
+
+    def scope_of(self, node: ast.AST) -> ScopeNode:
+        current = self.parents.get(node)
+        while current is not None and not isinstance(current, _SCOPES):
+            current = self.parents.get(current)
+        return current if isinstance(current, _SCOPES) else self.tree
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        current = self.parents.get(node)
+        while current is not None:
+            yield current
+            current = self.parents.get(current)
+
+    def resolve(self, name: ast.Name) -> list[Binding] | None:
+        """The bindings that make up ``name``'s value where it is used: the last ``=`` before the use
+        and the ``+=`` after it, in order. None when the name has no visible binding here."""
+        at = self.span(name)[0]
+        home = self.scope_of(name)
+        scope: ScopeNode = home
+        while True:
+            found = self.bindings.get((id(scope), name.id))
+            if found:
+                # Where the name is used only what came before counts; an enclosing scope has run
+                # (at least up to the definition) by the time a function body uses its names.
+                visible = [b for b in found if b.offset < at] if scope is home else found
+                return _chain(visible) if visible else None
+            if scope is self.tree:
+                return None
+            scope = self.scope_of(scope)
+            while isinstance(scope, ast.ClassDef):  # a class body does not enclose its methods
+                scope = self.scope_of(scope)
+
+    def _bind(self, scope: ScopeNode, name: str, binding: Binding) -> None:
+        self.bindings.setdefault((id(scope), name), []).append(binding)
+
+    def _collect(self) -> None:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if self.scope_of(node) is self.tree:
+                    self.functions[node.name] = node
+                args = node.args
+                for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                    if arg is not None:
+                        self._bind(node, arg.arg, Binding(self.span(arg)[0], "", None, node))
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                for alias in node.names:
+                    self.modules.add((alias.asname or alias.name).split(".")[0])
+            elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                self._assignment(node)
+            elif isinstance(node, ast.For | ast.AsyncFor | ast.With | ast.AsyncWith | ast.NamedExpr):
+                targets = (
+                    [node.target]
+                    if isinstance(node, ast.For | ast.AsyncFor | ast.NamedExpr)
+                    else [i.optional_vars for i in node.items if i.optional_vars is not None]
+                )
+                value = node.value if isinstance(node, ast.NamedExpr) else None
+                for target in targets:
+                    for name in _names(target):
+                        self._bind(
+                            self.scope_of(node),
+                            name.id,
+                            Binding(self.span(name)[0], "=" if value else "", value, node),
+                        )
+
+    def _assignment(self, node: ast.Assign | ast.AnnAssign | ast.AugAssign) -> None:
+        scope = self.scope_of(node)
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Name):
+                if isinstance(node, ast.AugAssign):
+                    op = "+=" if isinstance(node.op, ast.Add) else ""
+                else:
+                    op = "=" if node.value is not None else ""
+                self._bind(scope, target.id, Binding(self.span(node)[0], op, node.value, node))
+            else:
+                for name in _names(target):  # tuple unpacking: the parts are unknown
+                    self._bind(scope, name.id, Binding(self.span(name)[0], "", None, node))
+
+
+def _names(target: ast.AST) -> Iterator[ast.Name]:
+    for node in ast.walk(target):
+        if isinstance(node, ast.Name):
+            yield node
+
+
+def _chain(bindings: list[Binding]) -> list[Binding]:
+    """From the last plain binding on: ``prompt = "..."; prompt += more`` → both, in order."""
+    last = max((i for i, b in enumerate(bindings) if b.op != "+="), default=0)
+    return bindings[last:]
+
+
+def dotted(node: ast.AST) -> str | None:
+    """``self.client.messages`` for Name / Attribute chains, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def callee(node: ast.Call) -> str:
+    """The called name: ``now`` for ``datetime.now()``, ``dumps`` for ``json.dumps(x)``."""
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
+
+
+def keyword(node: ast.Call, name: str) -> ast.keyword | None:
+    return next((k for k in node.keywords if k.arg == name), None)

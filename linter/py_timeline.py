@@ -1,0 +1,365 @@
+"""A Python expression that builds prompt text, read as a timeline of static text and values.
+
+The timeline is the template reader's (``template_scan.Piece``), so the template rules run on it
+unchanged. Text is followed through string literals, f-strings, ``+``, ``%``, ``str.format``,
+``str.join``, ``textwrap.dedent`` / ``.strip()``, local names (``prompt = ...; prompt += ...``) and
+module-level functions that return text; anything else is one value, classified by what it calls
+and the names it reads (``datetime.now()``, ``uuid4()``, ``request_id``, ``user.email``).
+
+Besides the timeline it reports what the template rules cannot see in Python: JSON serialised
+without ``sort_keys`` (CW201, with a fix) and sets or dict views iterated into the text (CW202).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import string
+from collections.abc import Iterator, Sequence
+
+from .findings import Hit
+from .py_order import json_hits, order_hits
+from .py_source import Binding, PyModule, callee, dotted
+from .template_scan import Piece, Scan
+from .vocab import STRFTIME, Volatile, classify_call, classify_name, is_per_request, is_per_user
+
+MAX_DEPTH = 8
+_TEXT_FUNCS = frozenset({"dedent", "cleandoc", "str"})
+_TEXT_METHODS = frozenset({"strip", "lstrip", "rstrip"})
+_PERCENT = re.compile(r"%(?:\((?P<key>\w+)\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[diouxXeEfFgGcrsa%]")
+
+
+class Timeline:
+    """Build with :meth:`text`; read ``scan.pieces`` and ``hits``."""
+
+    def __init__(self, module: PyModule, placeholders: bool = False) -> None:
+        self.m = module
+        # `{name}` in literals is a field: filled by a `.format(...)` around them (its arguments
+        # here), or later by a template library (LangChain).
+        self.placeholders = placeholders
+        self._args: list[ast.expr] = []
+        self._kwargs: dict[str, ast.expr] = {}
+        self._auto = 0
+        self.scan = Scan()
+        self.hits: list[Hit] = []
+        self._depth = 0
+        self._expanding: set[int] = set()
+
+    # --- text ------------------------------------------------------------------------------------
+
+    def text(self, expr: ast.expr) -> None:
+        """Append the pieces of an expression whose value is prompt text."""
+        if self._depth > MAX_DEPTH:
+            self.value(expr)
+            return
+        self._depth += 1
+        try:
+            self._text(expr)
+        finally:
+            self._depth -= 1
+
+    def chain(self, bindings: Sequence[Binding]) -> None:
+        """Append the pieces of ``name = ...`` and the ``name += ...`` after it."""
+        for binding in bindings:
+            if binding.value is not None:
+                self.text(binding.value)
+                for loop in self._loops(binding):
+                    self.hits.extend(order_hits(self.m, loop.iter))
+
+    def _text(self, expr: ast.expr) -> None:
+        if isinstance(expr, ast.Constant):
+            if self.placeholders and isinstance(expr.value, str):
+                self._format(expr)
+            else:
+                self._static(expr)
+        elif isinstance(expr, ast.JoinedStr):
+            self._fstring(expr)
+        elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+            self.text(expr.left)
+            self.text(expr.right)
+        elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and _is_str(expr.left):
+            self._percent(expr)
+        elif isinstance(expr, ast.Call):
+            self._call(expr)
+        elif isinstance(expr, ast.Name):
+            self._name(expr)
+        else:
+            self.value(expr)
+
+    def _static(self, node: ast.Constant, start: int | None = None) -> None:
+        text = node.value if isinstance(node.value, str) else str(node.value)
+        at = self.m.content_start(node) if start is None and isinstance(node.value, str) else start
+        at = self.m.span(node)[0] if at is None else at
+        self.scan.pieces.append(Piece(True, at, at + len(text), text=text))
+
+    def _fstring(self, node: ast.JoinedStr) -> None:
+        start, end = self.m.span(node)
+        cursor = start
+        for part in node.values:
+            if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                # Python 3.11 gives an f-string's literal parts the position of the whole f-string.
+                found = self.m.source.text.find(part.value, cursor, end)
+                at = found if found >= 0 else cursor
+                self._static(part, at)
+                cursor = at + len(part.value) if found >= 0 else cursor
+            elif isinstance(part, ast.FormattedValue):
+                self.value(part.value, part.format_spec)
+                cursor = max(cursor, self.m.span(part.value)[1])
+
+    def _percent(self, node: ast.BinOp) -> None:
+        assert isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
+        fmt = node.left.value
+        right = node.right
+        items = right.elts if isinstance(right, ast.Tuple) else [right]
+        keyed = dict(_dict_items(right)) if isinstance(right, ast.Dict) else {}
+        base = self.m.content_start(node.left)
+        position = last = 0
+        for m in _PERCENT.finditer(fmt):
+            self._literal(fmt[last : m.start()], base + last)
+            last = m.end()
+            if m.group() == "%%":
+                continue
+            arg = keyed.get(m.group("key") or "") if keyed else None
+            if arg is None and not keyed and position < len(items):
+                arg, position = items[position], position + 1
+            self._field(arg, m.group("key") or "", base + m.start(), base + m.end())
+        self._literal(fmt[last:], base + last)
+
+    def _format(self, fmt: ast.Constant) -> None:
+        """A literal with ``{name}`` fields: literal parts, then each field's argument."""
+        assert isinstance(fmt.value, str)
+        template, base = fmt.value, self.m.content_start(fmt)
+        positional, kwargs = self._args, self._kwargs
+        offset = 0
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError:
+            self._static(fmt)
+            return
+        for literal, field, spec, _ in parsed:
+            self._literal(literal, base + offset)
+            offset += len(literal)
+            if field is None:
+                continue
+            head = re.split(r"[.\[]", field, maxsplit=1)[0]
+            arg: ast.expr | None
+            if head.isdigit() or head == "":
+                index = int(head) if head else self._auto
+                self._auto += 1
+                arg = positional[index] if index < len(positional) else None
+            else:
+                arg = kwargs.get(head)
+            written = "{" + field + (":" + spec if spec else "") + "}"
+            at = self.m.source.text.find("{" + field, base + offset)
+            at = at if at >= 0 else base + offset
+            self._field(arg, field, at, at + len(written), spec_text=spec or "")
+            offset = at - base + len(written)
+
+    def _literal(self, text: str, at: int) -> None:
+        if text:
+            self.scan.pieces.append(Piece(True, at, at + len(text), text=text))
+
+    def _field(
+        self, arg: ast.expr | None, name: str, start: int = -1, end: int = -1, spec_text: str = ""
+    ) -> None:
+        if arg is not None and not spec_text and self._text_name(arg):
+            saved, self.placeholders = self.placeholders, False  # an argument is text, not a template
+            try:
+                self.text(arg)
+            finally:
+                self.placeholders = saved
+            return
+        if arg is not None:
+            self.value(arg, spec_text=spec_text)
+            return
+        piece = Piece(False, start, max(start, end if end >= 0 else start + len(name) + 2), label=name)
+        piece.volatile = classify_name(name) if name else None
+        piece.per_request = bool(name) and is_per_request(name)
+        piece.per_user = name if name and is_per_user(name) else ""
+        self.scan.pieces.append(piece)
+
+    def _call(self, node: ast.Call) -> None:
+        func, name = node.func, callee(node)
+        if isinstance(func, ast.Attribute) and name == "format" and self._text_name(func.value):
+            saved = self.placeholders, self._args, self._kwargs, self._auto
+            self.placeholders, self._args, self._auto = True, node.args, 0
+            self._kwargs = {k.arg: k.value for k in node.keywords if k.arg}
+            try:
+                self.text(func.value)
+            finally:
+                self.placeholders, self._args, self._kwargs, self._auto = saved
+            return
+        if isinstance(func, ast.Attribute) and name == "join" and _is_str(func.value):
+            self._join(node, func.value)
+            return
+        if name in _TEXT_FUNCS and len(node.args) == 1 and not node.keywords and _builds_text(node.args[0]):
+            self.text(node.args[0])
+            return
+        if isinstance(func, ast.Attribute) and name in _TEXT_METHODS and _builds_text(func.value):
+            self.text(func.value)
+            return
+        local = self.m.functions.get(func.id) if isinstance(func, ast.Name) else None
+        returned = _return_value(local) if local is not None else None
+        if returned is not None and id(local) not in self._expanding:
+            self._expanding.add(id(local))
+            try:
+                self.text(returned)
+            finally:
+                self._expanding.discard(id(local))
+            return
+        self.value(node)
+
+    def _text_name(self, node: ast.expr) -> bool:
+        """Text we can follow, directly or through a name bound to it."""
+        if isinstance(node, ast.Name):
+            chain = self.m.resolve(node)
+            return bool(chain) and chain[0].op == "=" and _builds_text(chain[0].value)  # type: ignore[index]
+        return _builds_text(node)
+
+    def _join(self, node: ast.Call, sep: ast.expr) -> None:
+        if len(node.args) != 1:
+            self.value(node)
+            return
+        (arg,) = node.args
+        if isinstance(arg, ast.List | ast.Tuple) and not any(isinstance(e, ast.Starred) for e in arg.elts):
+            for i, element in enumerate(arg.elts):
+                if i:
+                    self.text(sep)
+                self.text(element)
+            return
+        self.hits.extend(order_hits(self.m, arg))
+        self.value(arg)
+
+    def _name(self, node: ast.Name) -> None:
+        chain = self.m.resolve(node)
+        if (
+            chain
+            and chain[0].op == "="
+            and all(b.value is not None for b in chain)
+            and _builds_text(chain[0].value)
+            and id(chain[0]) not in self._expanding
+        ):
+            self._expanding.update(id(b) for b in chain)
+            try:
+                self.chain(chain)
+            finally:
+                self._expanding.difference_update(id(b) for b in chain)
+            return
+        self.value(node)
+
+    def _loops(self, binding: Binding) -> Iterator[ast.For | ast.AsyncFor]:
+        """The loops a ``prompt += ...`` sits in, up to its function."""
+        for parent in self.m.ancestors(binding.stmt):
+            if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module | ast.ClassDef):
+                return
+            if isinstance(parent, ast.For | ast.AsyncFor):
+                yield parent
+
+    # --- values ----------------------------------------------------------------------------------
+
+    def value(self, expr: ast.expr, spec: ast.expr | None = None, spec_text: str = "") -> None:
+        """One value in the text: volatile if anything in it is (the first such thing names it)."""
+        start, end = self.m.span(expr)
+        piece = Piece(False, start, end, label=self.m.segment(expr).split("\n")[0][:60])
+        candidates: list[tuple[int, int, Volatile, str]] = []
+        for node, kind in self._volatiles(expr, piece):
+            a, b = self.m.span(node)
+            label = self.m.segment(node).split("\n")[0][:60]
+            candidates.append((a, -b, kind, label))
+        if spec is not None:
+            spec_text = "".join(
+                p.value
+                for p in getattr(spec, "values", [])
+                if isinstance(p, ast.Constant) and isinstance(p.value, str)
+            )
+        if STRFTIME.search(spec_text):
+            candidates.append((start, -end, "timestamp", f"{piece.label}:{spec_text}"))
+        if candidates:
+            a, negative_end, piece.volatile, piece.label = min(candidates)
+            piece.start, piece.end = a, -negative_end
+        self.scan.pieces.append(piece)
+
+    def _volatiles(self, expr: ast.expr, piece: Piece, depth: int = 0) -> Iterator[tuple[ast.AST, Volatile]]:
+        stack: list[ast.AST] = [expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Call):
+                kind = classify_call(callee(node))
+                if kind:
+                    yield node, kind
+                self.hits.extend(json_hits(self.m, node))
+                func = node.func
+                stack.extend([*node.args, *(k.value for k in node.keywords)])
+                if isinstance(func, ast.Attribute):
+                    stack.append(func.value)
+                continue
+            if isinstance(node, ast.comprehension):
+                self.hits.extend(order_hits(self.m, node.iter))
+            name = dotted(node) if isinstance(node, ast.Name | ast.Attribute) else None
+            if name is not None and isinstance(getattr(node, "ctx", None), ast.Load):
+                if name.split(".")[0] in self.m.modules:
+                    continue
+                if is_per_user(name) and not piece.per_user:
+                    piece.per_user = name
+                piece.per_request = piece.per_request or is_per_request(name)
+                kind = classify_name(name)
+                if kind is None and isinstance(node, ast.Name) and depth < 2:
+                    kind = self._alias(node, piece, depth)
+                if kind:
+                    yield node, kind
+                continue
+            stack.extend(ast.iter_child_nodes(node))
+
+    def _alias(self, node: ast.Name, piece: Piece, depth: int) -> Volatile | None:
+        """``now = datetime.now()`` earlier: ``now`` is a timestamp where it is used."""
+        chain = self.m.resolve(node)
+        if not chain or chain[0].value is None or id(chain[0]) in self._expanding:
+            return None
+        self._expanding.add(id(chain[0]))
+        try:
+            return next((kind for _, kind in self._volatiles(chain[0].value, piece, depth + 1)), None)
+        finally:
+            self._expanding.discard(id(chain[0]))
+
+    # --- serialisation and order -----------------------------------------------------------------
+
+
+def _is_str(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _builds_text(node: ast.expr | None) -> bool:
+    """Whether an expression's value is text we can follow (else it is one value)."""
+    if node is None:
+        return False
+    if _is_str(node) or isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mod):
+        return _builds_text(node.left) or (isinstance(node.op, ast.Add) and _builds_text(node.right))
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and callee(node) in ("format", "join", *_TEXT_METHODS):
+            return _builds_text(func.value)
+        return callee(node) in ("dedent", "cleandoc") and bool(node.args) and _builds_text(node.args[0])
+    return False
+
+
+def _return_value(func: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.expr | None:
+    """The value of a function's last ``return`` in the source (not counting nested functions)."""
+    returns: list[ast.Return] = []
+    stack: list[ast.AST] = list(func.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            returns.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    last = max(returns, key=lambda r: (r.lineno, r.col_offset), default=None)
+    return last.value if last is not None else None
+
+
+def _dict_items(node: ast.Dict) -> Iterator[tuple[str, ast.expr]]:
+    for key, value in zip(node.keys, node.values, strict=True):
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            yield key.value, value

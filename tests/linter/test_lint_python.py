@@ -1,0 +1,158 @@
+"""Python sources that build prompts: where text is followed, what is a finding, and what is not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cachewarden.linter.engine import lint_source
+from lint_support import LONG, Run, as_json
+
+POLICY = f'POLICY = """{LONG}"""\n'
+
+
+def codes(source: str, path: str = "agent.py") -> list[tuple[str, int]]:
+    return [(f.code, f.line) for f in lint_source(path, source)]
+
+
+def test_follows_names_concatenation_and_augmented_assignment() -> None:
+    source = (
+        "from datetime import datetime\n"
+        + POLICY
+        + "def build_prompt():\n"
+        + "    now = datetime.now()\n"
+        + "    prompt = 'Now: ' + now.isoformat()\n"
+        + "    prompt += POLICY\n"
+        + "    return prompt\n"
+    )
+    assert codes(source) == [("CW101", 8)]
+
+
+def test_follows_a_module_function_into_an_sdk_call() -> None:
+    source = (
+        "import time\n"
+        + POLICY
+        + "def header():\n"
+        + "    return f'Epoch {time.time()}. ' + POLICY\n"
+        + "def ask(client, q):\n"
+        + "    return client.responses.create(model='gpt-4o', instructions=header(), input=q)\n"
+    )
+    assert codes(source) == [("CW101", 7)]
+
+
+def test_percent_and_format_fields_take_their_arguments() -> None:
+    source = (
+        "import uuid\n"
+        + POLICY
+        + "SYSTEM_PROMPT = 'Session %s. ' % uuid.uuid4() + POLICY\n"
+        + "INSTRUCTIONS = 'Trace {trace}. {body}'.format(trace=request_id, body=POLICY)\n"
+    )
+    assert codes(source) == [("CW102", 6), ("CW102", 7)]
+
+
+def test_strftime_format_spec_and_aliases() -> None:
+    source = (
+        "from datetime import date\n" + POLICY + "d = date.today()\nSYSTEM_PROMPT = f'{d:%d %B}. ' + POLICY\n"
+    )
+    ((code, line),) = codes(source)
+    assert (code, line) == ("CW101", 7)
+
+
+def test_langchain_placeholders_and_system_message() -> None:
+    source = (
+        POLICY
+        + "prompt = ChatPromptTemplate.from_messages([\n"
+        + "    ('system', 'Today is {current_date}. ' + POLICY),\n"
+        + "    ('human', '{question}'),\n"
+        + "])\n"
+        + "msg = SystemMessage(content=f'You help {user.email}.')\n"
+    )
+    assert codes(source) == [("CW101", 6), ("CW302", 9)]
+
+
+def test_not_prompts_and_tails_are_not_findings() -> None:
+    source = (
+        '"""Module docstring written 2025-03-04T10:15:30Z."""\n'
+        "import json, logging, uuid\n"
+        "from datetime import datetime\n" + POLICY + "log = logging.getLogger(__name__)\n"
+        "def ask(client, question, settings):\n"
+        "    log.info(f'{datetime.now()} {uuid.uuid4()} {json.dumps(settings)}')\n"
+        "    system = POLICY + f'Today is {datetime.now():%Y-%m-%d}.'\n"
+        "    messages = [{'role': 'system', 'content': system},\n"
+        "                {'role': 'user', 'content': f'{uuid.uuid4()} {question}'}]\n"
+        "    return client.chat.completions.create(model='gpt-4o', messages=messages,\n"
+        "                                          tools=[SEARCH, BOOK])\n"
+        "def cache_key(x):\n"
+        "    return f'{datetime.now()}-{x}'\n"
+    )
+    assert codes(source) == []
+
+
+def test_unordered_iteration_fixes(project: Path, run: Run) -> None:
+    (project / "p.py").write_text(
+        "import json\n"
+        "def system_prompt(tags, schema):\n"
+        "    return ('Tags: ' + ', '.join(set(tags)) + '. Schema: ' + json.dumps(schema)\n"
+        "            + '. Use only these tags and this schema.')\n"
+    )
+    code, out, _ = run("--format", "json", "p.py")
+    found = {f["code"]: f for f in as_json(out)["findings"]}
+    assert code == 1 and set(found) == {"CW201", "CW202"}
+    assert found["CW201"]["fix"]["applicability"] == "safe"
+    assert run("--fix", "p.py")[0] == 1  # the set still needs --unsafe-fixes
+    assert "json.dumps(schema, sort_keys=True)" in (project / "p.py").read_text()
+    assert run("--fix", "--unsafe-fixes", "p.py")[0] == 0
+    assert "', '.join(sorted(set(tags)))" in (project / "p.py").read_text()
+
+
+def test_columns_count_characters_not_bytes() -> None:
+    source = (
+        "from datetime import datetime\n"
+        + POLICY
+        + "SYSTEM_PROMPT = f'Jour é: {datetime.now()}. ' + POLICY\n"
+    )
+    (finding,) = lint_source("a.py", source)
+    assert finding.column == source.splitlines()[5].index("datetime.now()") + 1
+
+
+def test_noqa_and_syntax_errors(project: Path, run: Run) -> None:
+    (project / "ok.py").write_text(
+        "import uuid\n" + POLICY + "SYSTEM_PROMPT = f'{uuid.uuid4()} ' + POLICY  # noqa: CW102\n"
+    )
+    (project / "README.md").write_text("nothing here\n")
+    code, out, _ = run("--format", "json", ".")
+    assert code == 0 and as_json(out)["summary"]["files"] == 2
+    (project / "bad.py").write_text("def f(:\n")
+    code, _, err = run("bad.py")
+    assert (
+        code == 2
+        and err.startswith("cachewarden: error: bad.py:1: Python syntax error")
+        and err.count("\n") == 1
+    )
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "client.messages.create(model='claude-sonnet-4-5', system=SYSTEM, messages=m)",
+        "client.beta.messages.stream(model='claude-sonnet-4-5', system=[{'type': 'text', 'text': SYSTEM}])",
+        "litellm.completion(model='gpt-4o', messages=[{'role': 'developer', 'content': SYSTEM}])",
+        "Agent(name='a', instructions=SYSTEM)",
+    ],
+)
+def test_sinks(call: str) -> None:
+    source = (
+        "import secrets\n" + POLICY + f"SYSTEM = f'Nonce {{secrets.token_hex(8)}}. ' + POLICY\nx = {call}\n"
+    )
+    assert ("CW102", 6) in codes(source)
+
+
+def test_sarif_and_json_for_python(project: Path, run: Run) -> None:
+    (project / "a.py").write_text(
+        "import random\n" + POLICY + "SYSTEM_PROMPT = f'{random.random()} ' + POLICY\n"
+    )
+    _, out, _ = run("--format", "sarif", "a.py")
+    result = json.loads(out)["runs"][0]["results"][0]
+    assert result["ruleId"] == "CW103"
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "a.py"
