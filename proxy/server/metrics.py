@@ -10,6 +10,11 @@ Beyond DESIGN.md, two operational counters:
   ``requests_total{status="stream_error"}``).
 - ``usage_reports_total{provider, state}``: state = ``reported`` | ``missing`` | ``unparsed``
   (compressed with br/zstd, too large, malformed).
+
+Every counter whose extra labels take known values (stages, transforms, error kinds, usage states,
+reason codes, token kinds) is exported at 0 from start-up, for each provider with model ``none``,
+and again for each (provider, model) the first time it is seen: a dashboard panel or an alert
+operand then reads 0, not "No data", before the first such event.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ import re
 import threading
 from collections.abc import Callable, Collection
 
+from cachewarden.proxy.engine.prompt import PROVIDERS
 from cachewarden.proxy.engine.usage import Usage
+from cachewarden.proxy.explain.attribution import FIXES
+from cachewarden.proxy.server.transforms.canonicalize import SAFE_TRANSFORMS, UNSAFE_TRANSFORMS
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -39,6 +47,14 @@ _ERROR_BUCKETS = tuple(
     )
 )
 _SHARE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+
+# The known values of the bounded labels, exported at 0 before their first event.
+ANALYSIS_STAGES = ("request", "response", "rewrite")  # hooks.call_hooks / call_rewriter
+UPSTREAM_ERROR_KINDS = ("timeout", "transport", "stream")
+USAGE_STATES = ("reported", "missing", "unparsed")  # engine.usage.UsageState
+INDEX_STAGES = ("lookup", "insert", "mark", "marks", "clear")  # engine.index.resilient
+TOKEN_KINDS = ("cached", "cache_write", "uncached")
+COST_KINDS = {"predicted": TOKEN_KINDS, "reported": (*TOKEN_KINDS, "output")}
 
 
 def safe_model(model: str | None) -> str | None:
@@ -154,14 +170,51 @@ class Metrics:
             ("provider", "state"),
             registry=self.registry,
         )
+        self._seeded: set[tuple[str, ...]] = set()
+        self._seed_lock = threading.Lock()
+        for provider in (*PROVIDERS, NONE):
+            for kind in UPSTREAM_ERROR_KINDS:
+                self.upstream_errors.labels(provider, kind)
+            for state in USAGE_STATES:
+                self.usage_reports.labels(provider, state)
+            self._seed((provider, NONE) if self.tenant_labels is None else (provider, NONE, OTHER))
+        for stage in INDEX_STAGES:
+            self.index_backend_errors.labels(stage)
+
+    def _seed(self, base: tuple[str, ...]) -> None:
+        """Creates, at 0, every bounded child of the counters for one set of base label values."""
+        with self._seed_lock:
+            if base in self._seeded:
+                return
+            self._seeded.add(base)
+        for stage in ANALYSIS_STAGES:
+            self.analysis_errors.labels(*base, stage)
+        for transform in (*SAFE_TRANSFORMS, *UNSAFE_TRANSFORMS):
+            self.canonicalized_requests.labels(*base, transform)
+        for reason in FIXES:
+            self.cache_miss_tokens.labels(*base, reason)
+            self.missed_savings_usd.labels(*base, reason)
+        for source, kinds in COST_KINDS.items():
+            for kind in kinds:
+                self.cost_usd.labels(*base, source, kind)
+        for source in COST_KINDS:
+            for kind in TOKEN_KINDS:
+                self.input_tokens.labels(*base, source, kind)
+        self.savings_usd.labels(*base)
+        self.analysis_dropped.labels(*base)
 
     def labels(self, provider: str | None, model: str | None, tenant: str | None = None) -> tuple[str, ...]:
         """The base label values: provider, model and, when configured, the tenant (allow-listed
         tenants by name, every other one as "other")."""
         if self.tenant_labels is None:
-            return provider or NONE, self.model_label(model)
-        shown = tenant if tenant is not None and tenant in self.tenant_labels else OTHER
-        return provider or NONE, self.model_label(model), shown
+            base: tuple[str, ...] = (provider or NONE, self.model_label(model))
+        else:
+            shown = tenant if tenant is not None and tenant in self.tenant_labels else OTHER
+            base = (provider or NONE, self.model_label(model), shown)
+        # Unlocked membership test first: after the first request of a model this is all it costs.
+        if base not in self._seeded:
+            self._seed(base)
+        return base
 
     def record_usage(
         self, provider: str | None, model: str | None, usage: Usage, source: str, tenant: str | None = None
