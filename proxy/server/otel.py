@@ -45,8 +45,9 @@ _SDK_EXPORT_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
     "opentelemetry.exporter.otlp.proto.http.metric_exporter",
     "opentelemetry.exporter.otlp.common.http",
-    "opentelemetry.sdk._shared_internal",
 )
+# The batch processor's logger ("Queue full, dropping span."): each message once a minute.
+_SDK_BATCH_LOGGER = "opentelemetry.sdk._shared_internal"
 
 
 def _safe_endpoint(url: str) -> str:
@@ -78,16 +79,18 @@ class ExportHealth:
         self.closing = False
 
     def skip(self, signal: Signal) -> bool:
-        return self.closing and signal in self._down
+        with self._lock:
+            return self.closing and signal in self._down
 
     def succeeded(self, signal: Signal) -> None:
-        self._down.discard(signal)
+        with self._lock:
+            self._down.discard(signal)
 
     def failed(self, signal: Signal, why: str) -> None:
         self._errors.labels(signal).inc()
-        self._down.add(signal)
         now = self._clock()
         with self._lock:
+            self._down.add(signal)
             self._unlogged[signal] = self._unlogged.get(signal, 0) + 1
             last = self._logged_at.get(signal)
             if last is not None and now - last < self._interval:
@@ -109,6 +112,35 @@ class _QuietSdkExportLogs(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.CRITICAL
+
+
+class _OncePerMinute(logging.Filter):
+    """Lets each distinct message through at most once every LOG_INTERVAL_SECONDS."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[object, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(record.msg)
+            if last is not None and now - last < LOG_INTERVAL_SECONDS:
+                return False
+            self._last[record.msg] = now
+        return True
+
+
+def _quiet_sdk_logs() -> None:
+    """Process-wide, once: the SDK's export loggers speak through ExportHealth or once a minute."""
+    for name, kind in ((n, _QuietSdkExportLogs) for n in _SDK_EXPORT_LOGGERS):
+        sdk_logger = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in sdk_logger.filters):
+            sdk_logger.addFilter(kind())
+    batch = logging.getLogger(_SDK_BATCH_LOGGER)
+    if not any(isinstance(f, _OncePerMinute) for f in batch.filters):
+        batch.addFilter(_OncePerMinute())
 
 
 @dataclass(slots=True)
@@ -145,6 +177,10 @@ def _import_error() -> ConfigError:
 
 def open_telemetry(config: OtelConfig, metrics: Metrics) -> Telemetry:
     """Builds the providers and exporters of ``config``; raises ConfigError without the extra."""
+    try:
+        from opentelemetry.sdk.resources import Resource
+    except ImportError as exc:
+        raise _import_error() from exc
     errors = Counter(
         PREFIX + "otel_export_errors",
         "Failed OpenTelemetry exports (the data is dropped; requests are unaffected).",
@@ -159,17 +195,10 @@ def open_telemetry(config: OtelConfig, metrics: Metrics) -> Telemetry:
     if config.metrics_endpoint is not None:
         endpoints["metrics"] = config.metrics_endpoint
     health = ExportHealth(errors, endpoints)
-    try:
-        from opentelemetry.sdk.resources import Resource
-    except ImportError as exc:
-        raise _import_error() from exc
     if config.disabled:
         logger.info("OTEL_SDK_DISABLED=true: --otel exports nothing")
         return Telemetry(config, None, None, health, None, None)
-    for name in _SDK_EXPORT_LOGGERS:
-        sdk_logger = logging.getLogger(name)
-        if not any(isinstance(f, _QuietSdkExportLogs) for f in sdk_logger.filters):
-            sdk_logger.addFilter(_QuietSdkExportLogs())
+    _quiet_sdk_logs()
     resource = Resource.create(
         {
             **config.resource,

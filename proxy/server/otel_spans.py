@@ -20,6 +20,7 @@ by ``gen_ai.token.type``). ``gen_ai.client.operation.duration`` (and, for stream
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -140,8 +141,10 @@ class OtelAnalyzer:
         parent = self._propagator.extract(carrier) if "traceparent" in carrier else None
         attributes = {**common, **self._usage_attributes(flow), **self._prediction_attributes(flow)}
         t = flow.timings
-        start = _ns(t.received_at)
-        end = start + _ns(max(0.0, (t.done or t.sent or t.received) - t.received))
+        # The marks are perf_counter() readings: placed on the wall clock through one anchor.
+        anchor = time.time() - time.perf_counter()
+        start = _ns(anchor + t.received)
+        end = max(start, _ns(anchor + (t.done or t.sent or t.received)))
         model = attributes.get("gen_ai.request.model")
         span = self.telemetry.tracer.start_span(
             f"{OPERATION} {model}" if model else OPERATION,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from cachewarden.proxy.cli.proxy import build, main
+from cachewarden.proxy.cli.proxy import build
 from cachewarden.proxy.emulator.app import create_app as create_emulator
 from cachewarden.proxy.engine.errors import ConfigError
 from cachewarden.proxy.server.config import Settings, load_settings
@@ -526,23 +527,53 @@ def test_otel_variables() -> None:
         ({"OTEL_EXPORTER_OTLP_TIMEOUT": "-1"}, "TIMEOUT"),
     ],
 )
-def test_a_configuration_that_cannot_work_is_refused_at_start(
-    env: dict[str, str], named: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_configuration_that_cannot_work_is_refused(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         read_otel_config(env)
-    for key, val in env.items():
-        monkeypatch.setenv(key, val)
-    assert main(["--otel", "--port", "0"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and named in err and err.startswith("cachewarden proxy: error:")
+    settings = Settings(
+        openai_upstream="http://127.0.0.1:9", anthropic_upstream="http://127.0.0.1:9", otel=True
+    )
+    with pytest.raises(ConfigError, match=named):
+        build(settings, env=env)
 
 
-def test_without_the_extra_the_proxy_runs_and_otel_is_refused() -> None:
-    """OpenTelemetry blocked from import: the proxy modules still import, `--otel` exits 2."""
+def cli(
+    args: list[str], env: Mapping[str, str], block_otel: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``cachewarden ARGS`` in a fresh interpreter; with ``block_otel`` OpenTelemetry cannot be imported."""
+    code = [
+        "import builtins, sys",
+        "real = builtins.__import__",
+        "def guard(name, *args, **kwargs):",
+        "    if name == 'opentelemetry' or name.startswith('opentelemetry.'):",
+        "        raise ImportError(name)",
+        "    return real(name, *args, **kwargs)",
+        *(["builtins.__import__ = guard"] if block_otel else []),
+        "from cachewarden.proxy.cli import main",
+        f"sys.exit(main({args!r}))",
+    ]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEWARDEN_", "OTEL_"))}
+    return subprocess.run(
+        [sys.executable, "-c", "\n".join(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, **env},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_the_command_refuses_at_start_with_exit_2_and_one_line() -> None:
+    proc = cli(["proxy", "--otel", "--port", "0"], {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("cachewarden proxy: error: OTEL_EXPORTER_OTLP_PROTOCOL")
+
+
+def test_without_the_extra_the_proxy_modules_import_and_otel_is_refused() -> None:
     code = "\n".join(
         [
-            "import builtins, sys",
+            "import builtins",
             "real = builtins.__import__",
             "def guard(name, *args, **kwargs):",
             "    if name == 'opentelemetry' or name.startswith('opentelemetry.'):",
@@ -551,13 +582,14 @@ def test_without_the_extra_the_proxy_runs_and_otel_is_refused() -> None:
             "builtins.__import__ = guard",
             "import cachewarden.proxy.server.otel, cachewarden.proxy.server.otel_spans",
             "import cachewarden.proxy.server.otel_metrics, cachewarden.proxy.server.otel_config",
-            "from cachewarden.proxy.cli.proxy import build, main",
+            "from cachewarden.proxy.cli.proxy import build",
             "from cachewarden.proxy.server.config import Settings",
             "build(Settings())",
-            "sys.exit(main(['--otel', '--port', '0']))",
         ]
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    proc = cli(["proxy", "--otel", "--port", "0"], {}, block_otel=True)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "cachewarden[otel]" in proc.stderr
 
