@@ -78,7 +78,8 @@ def diff_prompts(previous: Prompt, next: Prompt, engine: Engine | None = None) -
     before = engine.analyse(previous, tenant=TENANT, now=0.0)
     after = engine.analyse(next, tenant=TENANT, now=1.0)
     reasons = attribute(after, engine.prices)
-    return DiffReport(before, after, find_divergence(previous, next), reasons)
+    divergence = find_divergence(previous, next, before.tokenized, after.tokenized)
+    return DiffReport(before, after, divergence, reasons)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -244,7 +244,11 @@ def _predict_breakpoints(
         return pos in found and units.of(pos) >= rules.min_tokens
 
     hit = max((p for p in in_window if readable(p)), default=0)
-    too_far = any(readable(p) and p > hit for p in found)
+    # "Too far" is an entry some breakpoint's lookback walks past: one at or before a breakpoint.
+    # An entry past the last breakpoint (the breakpoint moved to an earlier block) is covered by
+    # none, which is "no-breakpoint".
+    last_bp = bps[-1][0] if bps else 0
+    too_far = any(readable(p) and hit < p <= last_bp for p in found)
 
     newest = bps[-rules.max_breakpoints :] if rules.max_breakpoints > 0 else bps
     writes = tuple((p, ttl) for p, ttl in newest if p > hit and units.of(p) >= rules.min_tokens)

@@ -31,6 +31,7 @@ from cachewarden.proxy.engine.index.memory import MemoryIndex
 
 from .cache_model import Prediction, breakpoint_positions, predict
 from .counting import PromptCounter, TokenizedPrompt
+from .lineage import Lineage, area_heads
 from .models import ModelInfo, ModelTable, load_model_table
 from .pricing import Cost, PriceTable
 from .prompt import Prompt
@@ -137,6 +138,7 @@ class Engine:
         self._history_tokens = history_tokens
         self._held_tokens = 0
         self._lock = threading.Lock()
+        self._lineage = Lineage(4 * history_size)
 
     # -- scopes ---------------------------------------------------------------------------------
     @staticmethod
@@ -194,12 +196,19 @@ class Engine:
         wide = self.wide_scope(tenant, prompt)
         wide_match = self.wide_index.lookup(wide, tokens, now=now, ttl=0)
         previous = self.history(wide_match.entry_id, tenant)
+        heads = area_heads(prompt, tp.spans)
+        if previous is None:
+            # No common prefix with anything: a change at the very start (``lineage``).
+            previous = next(
+                filter(None, (self.history(e, tenant) for e in self._lineage.candidates(wide, heads))), None
+            )
 
         entry_id = f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
         self.index.insert(scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
         self.wide_index.insert(wide, tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
         marks.record(prediction)
         self._remember(HistoryEntry(entry_id, tenant, prompt, tp, now))
+        self._lineage.register(wide, heads, entry_id)
 
         cost = self.prices.cost(
             prompt.model,

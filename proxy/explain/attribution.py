@@ -42,6 +42,7 @@ from cachewarden.proxy.engine.cache_model import TokenStream
 from cachewarden.proxy.engine.prompt import Prompt
 
 from .cache_limits import COLD_DETAIL, expired_prefix, folds_into_change, is_cold, limit_detail, model_limits
+from .formats import comparable
 from .history import history_findings
 from .model_params import image_finding, model_and_param_findings
 from .structure import Finding, Pair, block_findings, next_index, tool_findings
@@ -115,10 +116,20 @@ class Divergence:
 # Divergence
 
 
-def find_divergence(previous: Prompt, next: Prompt) -> Divergence | None:
+def find_divergence(
+    previous: Prompt,
+    next: Prompt,
+    previous_tp: TokenStream | None = None,
+    next_tp: TokenStream | None = None,
+) -> Divergence | None:
     """The first segment (in cache order) whose content or presence differs; None when one prompt's
     segments are a prefix of the other's (an appended turn, a moved breakpoint, an identical request).
+
+    With both token streams, two request formats of one provider (Chat and Responses) are compared
+    on what they render (``formats.comparable``).
     """
+    if previous_tp is not None and next_tp is not None:
+        previous, next = comparable(previous, previous_tp, next, next_tp)
     prev, cur = previous.segments, next.segments
     n = min(len(prev), len(cur))
     index = next_index(prev, cur)
@@ -279,8 +290,9 @@ class _PairResult:
 def _explain_pair(
     previous: Prompt, previous_tp: TokenStream, next: Prompt, next_tp: TokenStream, prices: PriceTable | None
 ) -> _PairResult:
-    pair = Pair(previous, previous_tp, next, next_tp)
-    d = next_index(previous.segments, next.segments)
+    previous_c, next_c = comparable(previous, previous_tp, next, next_tp)
+    pair = Pair(previous_c, previous_tp, next_c, next_tp)
+    d = next_index(previous_c.segments, next_c.segments)
     findings = _findings(pair)
     if not findings:
         return _PairResult(previous, [], pair.n_prev, d)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from cachewarden.proxy.engine.cache_model import breakpoint_positions
+from cachewarden.proxy.engine.counting import provider_count
 from cachewarden.proxy.engine.prompt import Prompt
 
 if TYPE_CHECKING:
@@ -84,6 +86,16 @@ def limit_detail(code: str, analysis: Analysis) -> str:
     if code == "below-minimum":
         return f"the reusable prefix ({p.reusable_tokens} tokens) is below the minimum of {rules.min_tokens}"
     if code == "no-breakpoint":
+        tp = analysis.tokenized
+        bps = breakpoint_positions(analysis.prompt, tp, rules)
+        last = provider_count(bps[-1][0], tp.ratio) if bps else 0
+        if 0 < last < p.reusable_tokens:
+            # The breakpoint sits before the reusable prefix ends (e.g. moved from the system prompt
+            # to the tools): the earlier entry past it is covered by no breakpoint of this request.
+            return (
+                f"no breakpoint covers the reusable prefix past token {last} "
+                f"(of {p.reusable_tokens}): the earlier cache entry lies after the last breakpoint"
+            )
         return f"no earlier cache write covers the reusable prefix ({p.reusable_tokens} tokens)"
     if code == "breakpoint-too-far":
         return (

@@ -10,6 +10,7 @@ through ``structure.in_place`` (so a timestamp in an old turn is still reported 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -19,6 +20,12 @@ from .structure import Finding, Pair, in_place, next_index, next_index_str
 
 # Summary messages a compaction may put before the kept turns.
 MAX_SUMMARY_MESSAGES = 2
+# How a compaction's summary message usually opens (Claude Code, LangChain, the Agents SDK...).
+_SUMMARY = re.compile(
+    r"\b(summary|summari[sz]ed?|compact(ed|ion)|(conversation|discussion|chat) so far|"
+    r"(earlier|previous|prior) (conversation|messages|turns))\b",
+    re.IGNORECASE,
+)
 
 
 def _messages_of(prompt: Prompt, idx: Sequence[int]) -> list[tuple[tuple[str, ...], int]]:
@@ -91,6 +98,11 @@ def history_findings(pair: Pair, images_explained: bool) -> list[Finding]:
     if len(pm) <= len(nm) and pm != nm[: len(pm)] and Counter(pm) == Counter(nm[: len(pm)]):
         return [Finding("history-edited", seg_n, 0, position, f"messages reordered (first at {seg_n})")]
     if first_msg == 0 and len(nm) < len(pm) and not any(m in pm for m in nm[:1]) and len(nd) < len(pd):
+        if not _compacted(pm, nm, N):
+            # No earlier message kept and nothing reads like a summary: a new conversation on the
+            # same tools and system prompt. Its messages are new, not lost: the cache served all
+            # that the two requests share.
+            return []
         return [
             Finding(
                 "history-truncated", seg_n, 0, position, f"history compacted: {len(pm)} → {len(nm)} messages"
@@ -121,6 +133,15 @@ def history_findings(pair: Pair, images_explained: bool) -> list[Finding]:
     if not found and len(P) > len(N) and t >= len(N):
         return []
     return found
+
+
+def _compacted(pm: Sequence[tuple[str, ...]], nm: Sequence[tuple[str, ...]], N: Sequence[Segment]) -> bool:
+    """A shorter history that replaced the old one: it keeps an earlier message (the latest turn
+    usually survives a compaction), or its first message reads like a summary of the old one."""
+    if set(nm) & set(pm):
+        return True
+    head = N[0].text[:400] if N else ""
+    return _SUMMARY.search(head) is not None
 
 
 def _structural(P: Sequence[Segment], N: Sequence[Segment], t: int) -> str:

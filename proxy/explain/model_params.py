@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from cachewarden.proxy.engine.prompt import Prompt
 
+from .formats import family
 from .structure import Finding, Pair
 from .values import short
 
@@ -58,7 +59,8 @@ def image_finding(pair: Pair) -> Finding | None:
 def model_and_param_findings(pair: Pair) -> list[Finding]:
     """model-changed and params-changed (with every parameter that differs), in that order."""
     found: list[Finding] = []
-    if pair.prev.model.lower() != pair.cur.model.lower() or pair.prev.provider != pair.cur.provider:
+    # The request format aside (Chat or Responses): one provider's cache is per model (``formats``).
+    if pair.prev.model.lower() != pair.cur.model.lower() or family(pair.prev) != family(pair.cur):
         found.append(
             Finding(
                 "model-changed",

@@ -64,7 +64,7 @@ def divergence_view(analysis: Analysis) -> DivergenceView | None:
     if analysis.previous is None:
         return None
     before, after = analysis.previous.prompt, analysis.prompt
-    div = find_divergence(before, after)
+    div = find_divergence(before, after, analysis.previous.tokenized, analysis.tokenized)
     if div is None:
         return None
     prev_text, prev_stub = _segment_text(before, div.index)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachewarden.proxy.engine.adapters import load_body, parse_request
+from cachewarden.proxy.engine.counting import provider_count
 from cachewarden.proxy.engine.engine import Analysis, Engine
 from cachewarden.proxy.engine.usage import Usage
 from cachewarden.proxy.explain.attribution import Reason, attribute
@@ -181,6 +182,11 @@ class EngineAnalyzer:
         model = analysis.prompt.model
         with self._lock:
             ratio = self._ratios.get(model, tp.ratio)
+            if provider_count(stream, ratio) == usage.input_total:
+                # The ratio already explains this report to the token. Moving it towards
+                # ``observed`` (rounded: off by up to half a token over the stream) would only
+                # make it drift, and the drift shows as ±1-token predictions on later requests.
+                return
             ratio += _CALIBRATION_WEIGHT * (observed - ratio)
             self._ratios[model] = ratio
         self.engine.counter.set_ratio(model, ratio)

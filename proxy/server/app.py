@@ -413,6 +413,9 @@ class Proxy:
     async def _finish(self, flow: Flow) -> None:
         """Counts the request, then runs the response hooks and the access log off the event loop."""
         with anyio.CancelScope(shield=True):
+            if flow.model is None and flow.route == "anthropic-count-tokens":
+                # Not analysed, but counted per model like the prompt it counts (off the loop).
+                await anyio.to_thread.run_sync(_parse_model, flow)
             self._count(flow)
             await self.analysis.run(self._after_response, flow, droppable=False)
 

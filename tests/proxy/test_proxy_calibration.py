@@ -82,3 +82,21 @@ def test_exact_tokenizers_are_not_calibrated() -> None:
     )
     analyzer.response(flow)
     assert engine.counter.ratio_for("gpt-4.1", 1.0) == 1.0
+
+
+def test_a_ratio_that_explains_every_report_does_not_drift() -> None:
+    # The provider counts exactly as the shipped ratio does (the emulator): each report rounds
+    # stream × ratio, so report / stream is off by up to half a token. The ratio must stay put,
+    # or later predictions drift by a token and read as unexplained misses.
+    engine = Engine()
+    analyzer = EngineAnalyzer(engine, Metrics())
+    start = None
+    for n in range(40):
+        flow = _flow(_body(n * 7919), n)
+        analyzer.request(flow)
+        tokenized = flow.metadata["analysis"].tokenized
+        start = tokenized.ratio if start is None else start
+        assert tokenized.ratio == start
+        flow.usage = _usage(tokenized.count)  # the exact count of the shipped ratio
+        analyzer.response(flow)
+    assert engine.counter.ratio_for("claude-sonnet-5", -1.0) in (-1.0, start)

@@ -517,3 +517,17 @@ async def test_works_with_respx() -> None:
             )
     assert r.status_code == 529 and r.json()["error"]["type"] == "overloaded_error"
     assert route.calls[0].request.headers["x-api-key"] == "k"
+
+
+async def test_count_tokens_is_counted_with_the_model_of_its_body() -> None:
+    # count_tokens is not analysed, but its requests_total sample names the model it counted for.
+    upstream = Recorder(
+        lambda r: respond(200, b'{"input_tokens": 12}', [("content-type", "application/json")])
+    )
+    async with proxy(upstream) as client:
+        await client.post("/v1/messages/count_tokens", content=MESSAGES)
+        text = (await client.get("/metrics")).text
+    samples = [line for line in text.splitlines() if line.startswith("cachewarden_requests_total{")]
+    counted = [line for line in samples if line.endswith(" 1.0")]
+    assert len(counted) == 1, samples
+    assert 'model="claude-sonnet-4-5"' in counted[0] and 'provider="anthropic"' in counted[0]
