@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .context import Context
 from .findings import Edit, Hit
+from .frequency import message_args
 from .tree import Node
 from .vocab import find_literal
 
@@ -135,7 +136,8 @@ def _volatile_literals(node: Node, source_text: str) -> Iterator[Hit]:
         kind, a, b = found
         literal = string.value[a:b]
         start, end = _locate(string, literal, source_text)
-        yield Hit(_VOLATILE_CODE[kind], start, end, {"value": literal, "tokens": "all following"})
+        args = {"value": literal, **message_args("request", "all following")}
+        yield Hit(_VOLATILE_CODE[kind], start, end, args)
 
 
 def _schema_order(schema: Node, source_text: str, fixable: bool) -> Iterator[Hit]:

@@ -10,6 +10,7 @@ from jinja2 import nodes
 from . import context as limits
 from .context import Context
 from .findings import Edit, Hit
+from .frequency import message_args, severity
 from .template_scan import Loop, Piece, Scan, dotted, sorted_chain
 from .vocab import ISO_DATETIME, RFC_DATETIME, words
 
@@ -57,12 +58,9 @@ def _volatile(pieces: list[Piece], after: list[int]) -> Iterator[Hit]:
         if piece.static or piece.volatile is None:
             continue
         if after[i + 1] >= limits.VOLATILE_TAIL_TOKENS:
-            yield Hit(
-                _VOLATILE_CODE[piece.volatile],
-                piece.start,
-                piece.end,
-                {"value": piece.label, "tokens": after[i + 1]},
-            )
+            args = {"value": piece.label, **message_args(piece.frequency, after[i + 1])}
+            code = _VOLATILE_CODE[piece.volatile]
+            yield Hit(code, piece.start, piece.end, args, severity=severity(piece.frequency))
 
 
 def _literals(text: str, pieces: list[Piece]) -> Iterator[Hit]:

@@ -18,10 +18,11 @@ import string
 from collections.abc import Iterator, Sequence
 
 from .findings import Hit
-from .py_order import json_hits, order_hits
-from .py_source import Binding, PyModule, callee, dotted
+from .py_order import order_hits
+from .py_source import Binding, PyModule, callee
+from .py_values import Values
 from .template_scan import Piece, Scan
-from .vocab import STRFTIME, Volatile, classify_call, classify_name, is_per_request, is_per_user
+from .vocab import classify_name, is_per_request, is_per_user
 
 MAX_DEPTH = 8
 _TEXT_FUNCS = frozenset({"dedent", "cleandoc", "str"})
@@ -44,6 +45,7 @@ class Timeline:
         self.hits: list[Hit] = []
         self._depth = 0
         self._expanding: set[int] = set()
+        self._values = Values(module, self._expanding, self.hits)
 
     # --- text ------------------------------------------------------------------------------------
 
@@ -258,70 +260,14 @@ class Timeline:
     # --- values ----------------------------------------------------------------------------------
 
     def value(self, expr: ast.expr, spec: ast.expr | None = None, spec_text: str = "") -> None:
-        """One value in the text: volatile if anything in it is (the first such thing names it)."""
-        start, end = self.m.span(expr)
-        piece = Piece(False, start, end, label=self.m.segment(expr).split("\n")[0][:60])
-        candidates: list[tuple[int, int, Volatile, str]] = []
-        for node, kind in self._volatiles(expr, piece):
-            a, b = self.m.span(node)
-            label = self.m.segment(node).split("\n")[0][:60]
-            candidates.append((a, -b, kind, label))
+        """One value in the text (``py_values`` says whether it is volatile)."""
         if spec is not None:
             spec_text = "".join(
                 p.value
                 for p in getattr(spec, "values", [])
                 if isinstance(p, ast.Constant) and isinstance(p.value, str)
             )
-        if STRFTIME.search(spec_text):
-            candidates.append((start, -end, "timestamp", f"{piece.label}:{spec_text}"))
-        if candidates:
-            a, negative_end, piece.volatile, piece.label = min(candidates)
-            piece.start, piece.end = a, -negative_end
-        self.scan.pieces.append(piece)
-
-    def _volatiles(self, expr: ast.expr, piece: Piece, depth: int = 0) -> Iterator[tuple[ast.AST, Volatile]]:
-        stack: list[ast.AST] = [expr]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, ast.Call):
-                kind = classify_call(callee(node))
-                if kind:
-                    yield node, kind
-                self.hits.extend(json_hits(self.m, node))
-                func = node.func
-                stack.extend([*node.args, *(k.value for k in node.keywords)])
-                if isinstance(func, ast.Attribute):
-                    stack.append(func.value)
-                continue
-            if isinstance(node, ast.comprehension):
-                self.hits.extend(order_hits(self.m, node.iter))
-            name = dotted(node) if isinstance(node, ast.Name | ast.Attribute) else None
-            if name is not None and isinstance(getattr(node, "ctx", None), ast.Load):
-                if name.split(".")[0] in self.m.modules:
-                    continue
-                if is_per_user(name) and not piece.per_user:
-                    piece.per_user = name
-                piece.per_request = piece.per_request or is_per_request(name)
-                kind = classify_name(name)
-                if kind is None and isinstance(node, ast.Name) and depth < 2:
-                    kind = self._alias(node, piece, depth)
-                if kind:
-                    yield node, kind
-                continue
-            stack.extend(ast.iter_child_nodes(node))
-
-    def _alias(self, node: ast.Name, piece: Piece, depth: int) -> Volatile | None:
-        """``now = datetime.now()`` earlier: ``now`` is a timestamp where it is used."""
-        chain = self.m.resolve(node)
-        if not chain or chain[0].value is None or id(chain[0]) in self._expanding:
-            return None
-        self._expanding.add(id(chain[0]))
-        try:
-            return next((kind for _, kind in self._volatiles(chain[0].value, piece, depth + 1)), None)
-        finally:
-            self._expanding.discard(id(chain[0]))
-
-    # --- serialisation and order -----------------------------------------------------------------
+        self.scan.pieces.append(self._values.piece(expr, spec_text))
 
 
 def _is_str(node: ast.expr) -> bool:

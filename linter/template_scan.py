@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import jinja2
 from jinja2 import nodes
 
+from .frequency import Frequency, of_format, of_name
 from .vocab import STRFTIME, Volatile, classify_call, classify_name, is_per_request, is_per_user, words
 
 _ENV = jinja2.Environment(keep_trailing_newline=True, autoescape=False)
@@ -34,6 +35,7 @@ class Piece:
     per_request: bool = False
     per_user: str = ""
     conditional: bool = False  # static text whose presence depends on per-request data
+    frequency: Frequency = "request"  # how often a volatile value changes
 
 
 @dataclass(slots=True)
@@ -183,6 +185,8 @@ class _Scanner:
         )
         if located:
             (piece.start, piece.end), _, piece.volatile, piece.label = located[0]
+            if piece.volatile == "timestamp":
+                piece.frequency = _frequency(expr, piece.label)
         elif piece.label:
             piece.start, piece.end = self.locate(piece.label, expr.lineno)
         else:
@@ -276,6 +280,14 @@ class _Scanner:
                 self.request_aliases.add(target.name)
         self.body(node.body, varies)
         self.body(node.else_, varies)
+
+
+def _frequency(expr: nodes.Node, label: str) -> Frequency:
+    """How often a clock expression's text changes: by its strftime format, else by its name."""
+    for const in expr.find_all(nodes.Const):
+        if isinstance(const.value, str) and (found := of_format(const.value)):
+            return found
+    return of_name(label.removesuffix("()"))
 
 
 def _inside(node: nodes.Node, parent: nodes.Node) -> bool:

@@ -60,8 +60,8 @@ def test_github_format(project: Path, run: Run) -> None:
     _, out, _ = run("--format", "github", "a.j2")
     assert out.strip() == (
         "::error file=a.j2,line=1,col=13,endLine=1,endColumn=16,title=CW101 timestamp-in-cached-prefix::"
-        "`now()` changes on every request and comes before 57 tokens of static text that can then never be "
-        "read from the cache"
+        "`now()` changes on every request and comes before 57 tokens of static text, which can then never "
+        "be read from the cache"
     )
 
 

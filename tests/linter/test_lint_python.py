@@ -156,3 +156,37 @@ def test_sarif_and_json_for_python(project: Path, run: Run) -> None:
     result = json.loads(out)["runs"][0]["results"][0]
     assert result["ruleId"] == "CW103"
     assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "a.py"
+
+
+def test_frequency_sets_message_and_severity() -> None:
+    source = (
+        "import time\nfrom datetime import date, datetime\n"
+        + POLICY
+        + "SYSTEM_PROMPT = f'Today is {date.today()}. ' + POLICY\n"
+        + "STARTED = datetime.now()\n"
+        + "class Agent:\n"
+        + "    def __init__(self):\n"
+        + "        self.instructions = f'Built {datetime.now():%H:%M}. ' + POLICY\n"
+        + "def system_prompt(messages):\n"
+        + "    return f\"{time.strftime('%H:%M')} {len(messages)} {STARTED:%S}. \" + POLICY\n"
+        + "def daily_prompt():\n"
+        + "    return f'Date: {datetime.now():%Y-%m-%d}. ' + POLICY\n"
+    )
+    found = [
+        (f.code, f.line, f.severity, f.message.split(" and comes")[0]) for f in lint_source("a.py", source)
+    ]
+    assert found == [
+        ("CW101", 7, "info", "`date.today()` changes once per process (computed at import)"),
+        ("CW101", 11, "info", "`datetime.now()` changes once per object (computed when it is built)"),
+        ("CW101", 13, "error", "`time.strftime('%H:%M')` changes every minute"),
+        ("CW102", 13, "error", "`len(messages)` is new on every request"),
+        ("CW101", 13, "info", "`STARTED` changes once per process (computed at import)"),
+        ("CW101", 15, "info", "`datetime.now()` changes every day"),
+    ]
+
+
+def test_template_clock_graded_by_its_format() -> None:
+    (finding,) = lint_source("s.j2", "Date: {{ now().strftime('%Y-%m-%d') }}.\n" + LONG)
+    assert (finding.severity, "every day" in finding.message) == ("info", True)
+    (finding,) = lint_source("s.j2", "Time: {{ now().strftime('%H:%M') }}.\n" + LONG)
+    assert (finding.severity, "every minute" in finding.message) == ("error", True)

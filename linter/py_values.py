@@ -1,0 +1,165 @@
+"""One Python value in prompt text: is it volatile, how often does it change, whose data is it?
+
+Clock, id and random sources are recognised by what is called (``datetime.now()``, ``time.time()``,
+``uuid.uuid4()``, ``secrets.token_hex()``, ``random.*``, ``os.urandom()``) and by names
+(``request_id``, ``current_date``); a name bound earlier to such a call is one too. How often the
+value changes follows from its strftime format, and from where it is computed: at import (module
+or class level) or in ``__init__`` it is frozen per process / per object.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .findings import Hit
+from .frequency import Frequency, of_format, of_name
+from .py_order import json_hits, order_hits
+from .py_source import PyModule, callee, dotted
+from .template_scan import Piece
+from .vocab import STRFTIME, Volatile, classify_call, classify_name, is_per_request, is_per_user
+
+_MODULE_KINDS: dict[str, Volatile] = {"random": "random", "secrets": "unique-id"}
+_EXTRA_CALLS: dict[str, Volatile] = {
+    "urandom": "unique-id",
+    "getpid": "unique-id",
+    "token_bytes": "unique-id",
+    "randbelow": "random",
+    "getrandbits": "random",
+    "localtime": "timestamp",
+    "gmtime": "timestamp",
+    "time_ns": "timestamp",
+    "ctime": "timestamp",
+    "asctime": "timestamp",
+}
+_DAILY_CALLS = frozenset({"today", "date"})
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    start: int
+    end: int
+    kind: Volatile
+    label: str
+    frequency: Frequency
+
+
+class Values:
+    """Classify value expressions; JSON and order hits met on the way are collected in ``hits``."""
+
+    def __init__(self, module: PyModule, expanding: set[int], hits: list[Hit]) -> None:
+        self.m = module
+        self._expanding = expanding
+        self.hits = hits
+
+    def piece(self, expr: ast.expr, spec_text: str = "") -> Piece:
+        """A value piece: volatile if anything in it is (the first such thing in the source names it)."""
+        start, end = self.m.span(expr)
+        piece = Piece(False, start, end, label=_label(self.m.segment(expr)))
+        candidates = list(self._candidates(expr, piece, 0))
+        if STRFTIME.search(spec_text):
+            frequency = of_format(spec_text) or "request"
+            candidates.append(Candidate(start, end, "timestamp", f"{piece.label}:{spec_text}", frequency))
+        if not candidates:
+            return piece
+        chosen = min(candidates, key=lambda c: (c.start, -c.end))
+        inner = [c for c in candidates if chosen.start <= c.start and c.end <= chosen.end]
+        # A clock frozen at import stays frozen whatever format prints it later.
+        frozen = next((c.frequency for c in inner if c.frequency in ("process", "instance")), None)
+        formats = [c.frequency for c in inner if c.kind == "timestamp" and c.frequency != "request"]
+        piece.start, piece.end, piece.volatile, piece.label = (
+            chosen.start,
+            chosen.end,
+            chosen.kind,
+            chosen.label,
+        )
+        piece.frequency = frozen or (
+            formats[-1] if chosen.kind == "timestamp" and formats else chosen.frequency
+        )
+        if STRFTIME.search(spec_text) and not frozen:
+            piece.frequency = of_format(spec_text) or piece.frequency
+        return piece
+
+    def _candidates(self, expr: ast.expr, piece: Piece, depth: int) -> Iterator[Candidate]:
+        stack: list[ast.AST] = [expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Call):
+                found = self._call(node)
+                if found:
+                    yield found
+                self.hits.extend(json_hits(self.m, node))
+                stack.extend([*node.args, *(k.value for k in node.keywords)])
+                if isinstance(node.func, ast.Attribute):
+                    stack.append(node.func.value)
+                continue
+            if isinstance(node, ast.comprehension):
+                self.hits.extend(order_hits(self.m, node.iter))
+            name = dotted(node) if isinstance(node, ast.Name | ast.Attribute) else None
+            if (
+                isinstance(node, ast.Name | ast.Attribute)
+                and name is not None
+                and isinstance(node.ctx, ast.Load)
+            ):
+                if name.split(".")[0] in self.m.modules:
+                    continue
+                if is_per_user(name) and not piece.per_user:
+                    piece.per_user = name
+                piece.per_request = piece.per_request or is_per_request(name)
+                yield from self._name(node, name, piece, depth)
+                continue
+            stack.extend(ast.iter_child_nodes(node))
+
+    def _call(self, node: ast.Call) -> Candidate | None:
+        name = callee(node)
+        receiver = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else None
+        kind = classify_call(name) or _EXTRA_CALLS.get(name)
+        if kind is None and receiver in _MODULE_KINDS:
+            kind = _MODULE_KINDS[receiver]
+        if kind is None and name == "len" and node.args:
+            arg = dotted(node.args[0])
+            kind = "unique-id" if arg and is_per_request(arg) else None  # a turn counter
+        if kind is None:
+            return None
+        frequency: Frequency = "day" if name in _DAILY_CALLS else "request"
+        if name == "strftime" and node.args and isinstance(node.args[0], ast.Constant):
+            frequency = of_format(str(node.args[0].value)) or frequency
+        start, end = self.m.span(node)
+        return Candidate(start, end, kind, _label(self.m.segment(node)), self._evaluated(node) or frequency)
+
+    def _name(
+        self, node: ast.Name | ast.Attribute, name: str, piece: Piece, depth: int
+    ) -> Iterator[Candidate]:
+        start, end = self.m.span(node)
+        kind = classify_name(name)
+        if kind is not None:
+            frequency = of_name(name) if kind == "timestamp" else "request"
+            yield Candidate(start, end, kind, name, frequency)
+            return
+        if not isinstance(node, ast.Name) or depth >= 2:
+            return
+        # `now = datetime.now()` earlier: `now` is a clock value where it is used.
+        chain = self.m.resolve(node)
+        if not chain or chain[0].value is None or id(chain[0]) in self._expanding:
+            return
+        self._expanding.add(id(chain[0]))
+        try:
+            for found in self._candidates(chain[0].value, piece, depth + 1):
+                yield Candidate(start, end, found.kind, name, found.frequency)
+                return
+        finally:
+            self._expanding.discard(id(chain[0]))
+
+    def _evaluated(self, node: ast.AST) -> Frequency | None:
+        """ "process" when computed at import, "instance" in ``__init__``, None inside a function."""
+        for parent in self.m.ancestors(node):
+            if isinstance(parent, ast.Lambda):
+                return None
+            if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
+                return "instance" if parent.name == "__init__" else None
+        return "process"
+
+
+def _label(segment: str) -> str:
+    return segment.split("\n")[0][:60]
