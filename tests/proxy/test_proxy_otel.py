@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
+import anyio.to_thread
 import openai
 import pytest
 from cachewarden.proxy.cli.proxy import build
@@ -71,10 +72,16 @@ class Receiver:
 
     bodies: dict[str, list[bytes]] = field(default_factory=lambda: {"/v1/traces": [], "/v1/metrics": []})
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # A stalled collector: set when an export arrived, which then waits for ``hold`` to be set.
+    arrived: threading.Event = field(default_factory=threading.Event)
+    hold: threading.Event | None = None
 
     def app(self) -> Starlette:
         async def export(request: Request) -> Response:
             body = await request.body()
+            self.arrived.set()
+            if self.hold is not None:
+                await anyio.to_thread.run_sync(self.hold.wait)
             if request.headers.get("content-encoding") == "gzip":
                 body = gzip.decompress(body)
             with self.lock:
@@ -462,6 +469,33 @@ def test_a_dead_endpoint_changes_nothing_for_the_client(caplog: pytest.LogCaptur
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
     assert metric_sum(prom, "cachewarden_requests_total", status="200") == len(baseline)
     assert metric_sum(prom, "cachewarden_analysis_errors_total") == 0
+
+
+def test_a_stalled_collector_never_holds_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "1")  # the batch processor exports every millisecond
+    receiver = Receiver(hold=threading.Event())
+    with serving(receiver.app(), "otlp") as otlp:
+        # A held export must not time out however slow the machine: it is released, not abandoned.
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url,
+            "OTEL_METRIC_EXPORT_INTERVAL": "100",
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "300",
+        }
+        try:
+            with proxied(env) as (url, _):
+                client = openai.OpenAI(api_key=API_KEY, base_url=url + "/v1", max_retries=0)
+                messages: list[Any] = [{"role": "user", "content": "hello"}]
+                client.chat.completions.create(model="gpt-4.1", messages=messages)
+                client.close()
+                assert receiver.arrived.wait(60), "the first export should reach the collector"
+                # The collector holds that export (and so the exporter) while the workload runs.
+                with proxied({}, otel=False) as (plain, _):
+                    baseline = workload(plain)
+                assert comparable(workload(url)) == comparable(baseline)
+                receiver.hold.set()  # the collector recovers: what was queued is delivered
+        finally:
+            receiver.hold.set()
+    assert len(receiver.spans()) == 1 + len(baseline)
 
 
 def test_export_failures_are_counted_each_and_logged_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
