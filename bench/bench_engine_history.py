@@ -1,0 +1,100 @@
+"""Engine cost per request against the length of the conversation: one new turn on 10, 100, 1,000 messages.
+
+An agent's next request repeats the previous one and appends a turn, so the work that is new per
+request is the same whatever the history; a sidecar whose cost grows with the history gets slower
+as every conversation goes on. This measures that growth for the offline stages of one request:
+
+- ``parse``: ``load_body`` + ``parse_request`` (body bytes → Prompt);
+- ``analyse``: ``Engine.analyse`` (token stream, index lookup and insert, prediction);
+- ``attribute``: the reasons of the (few) misses.
+
+Each history length runs the same number of requests (a conversation that gains one user turn per
+request on a 2,000-character system prompt and 5 tools, ~100-character turns), medians over the
+measured requests after a warm-up. The figure to read is the ratio of 1,000 messages to 10: the
+goal (issue #14) is at most 1.5x; 1.0 would mean the cost does not depend on the history at all.
+
+Run: ``python bench/bench_engine_history.py [--requests N]`` — prints a table, writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from cachewarden.proxy.engine.adapters import load_body, parse_request
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.explain.attribution import attribute
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _workload import text, tools
+
+HISTORY = (10, 100, 1_000)
+WARMUP = 5
+GOAL_RATIO = 1.5
+
+
+def bodies(history: int, requests: int, seed: int = 1) -> list[bytes]:
+    """``requests`` bodies of one conversation, the first with ``history`` messages, one more each."""
+    rng = random.Random(seed)
+    messages: list[dict[str, str]] = [{"role": "system", "content": text(rng, 2_000)}]
+    for i in range(history - 1):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": text(rng, 100)})
+    defs = tools(rng, 5)
+    out = []
+    for _ in range(requests):
+        out.append(json.dumps({"model": "gpt-4o", "tools": defs, "messages": messages}).encode())
+        messages = [*messages, {"role": "user", "content": text(rng, 100)}]
+    return out
+
+
+def measure(raw: Sequence[bytes]) -> dict[str, float]:
+    """Median milliseconds per stage over the requests after the warm-up, on a fresh engine."""
+    engine = Engine()
+    stages: dict[str, list[float]] = {"parse": [], "analyse": [], "attribute": []}
+    for n, body in enumerate(raw):
+        t0 = time.perf_counter()
+        prompt = parse_request(load_body(body))
+        t1 = time.perf_counter()
+        analysis = engine.analyse(prompt, tenant="bench", now=float(n))
+        t2 = time.perf_counter()
+        attribute(analysis, engine.prices)
+        t3 = time.perf_counter()
+        if n >= WARMUP:
+            stages["parse"].append(t1 - t0)
+            stages["analyse"].append(t2 - t1)
+            stages["attribute"].append(t3 - t2)
+    medians = {k: statistics.median(v) * 1000 for k, v in stages.items()}
+    medians["total"] = sum(medians.values())
+    return medians
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--requests", type=int, default=40, help="requests per history length")
+    args = parser.parse_args(argv)
+    results = {h: measure(bodies(h, args.requests + WARMUP)) for h in HISTORY}
+    header = ("messages", "body KB", "parse ms", "analyse ms", "attribute ms", "total ms")
+    print(" ".join(f"{h:>12}" for h in header))
+    for h, r in results.items():
+        size = len(bodies(h, 1)[0]) / 1024
+        cells = [
+            f"{h:,}",
+            f"{size:.0f}",
+            *(f"{r[k]:.3f}" for k in ("parse", "analyse", "attribute", "total")),
+        ]
+        print(" ".join(f"{c:>12}" for c in cells))
+    ratio = results[HISTORY[-1]]["total"] / results[HISTORY[0]]["total"]
+    verdict = "met" if ratio <= GOAL_RATIO else "not met"
+    print(f"\ncost at {HISTORY[-1]:,} messages / at {HISTORY[0]}: {ratio:.1f}x", end=" ")
+    print(f"(goal <= {GOAL_RATIO}x: {verdict})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
