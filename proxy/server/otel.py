@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cachewarden.proxy")
 
 LOG_INTERVAL_SECONDS = 60.0
-# Bound on what shutting down may add to the proxy's own shutdown with a dead endpoint.
+# Bound on the metrics' last export at shutdown (the spans' last one is bounded by the exporter's
+# timeout, OTEL_EXPORTER_OTLP_TIMEOUT, and skipped when the one before it failed).
 SHUTDOWN_SECONDS = 5.0
 # The SDK loggers that report each failed export attempt: ExportHealth reports instead.
 _SDK_EXPORT_LOGGERS = (
@@ -134,13 +135,12 @@ class _OncePerMinute(logging.Filter):
 
 def _quiet_sdk_logs() -> None:
     """Process-wide, once: the SDK's export loggers speak through ExportHealth or once a minute."""
-    for name, kind in ((n, _QuietSdkExportLogs) for n in _SDK_EXPORT_LOGGERS):
+    wanted: list[tuple[str, type[logging.Filter]]] = [(n, _QuietSdkExportLogs) for n in _SDK_EXPORT_LOGGERS]
+    wanted.append((_SDK_BATCH_LOGGER, _OncePerMinute))
+    for name, kind in wanted:
         sdk_logger = logging.getLogger(name)
         if not any(isinstance(f, kind) for f in sdk_logger.filters):
             sdk_logger.addFilter(kind())
-    batch = logging.getLogger(_SDK_BATCH_LOGGER)
-    if not any(isinstance(f, _OncePerMinute) for f in batch.filters):
-        batch.addFilter(_OncePerMinute())
 
 
 @dataclass(slots=True)
@@ -200,11 +200,7 @@ def open_telemetry(config: OtelConfig, metrics: Metrics) -> Telemetry:
         return Telemetry(config, None, None, health, None, None)
     _quiet_sdk_logs()
     resource = Resource.create(
-        {
-            **config.resource,
-            "service.name": config.service_name,
-            "service.version": __version__,
-        }
+        {"service.version": __version__, **config.resource, "service.name": config.service_name}
     )
     tracer_provider = _tracer_provider(config, resource, health) if config.traces_endpoint else None
     meter_provider = _meter_provider(config, resource, health) if config.metrics_endpoint else None

@@ -54,7 +54,6 @@ TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
 # The conventions' advice for their histograms.
 _DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
 _TOKEN_BUCKETS = [4.0**i for i in range(14)]
-_PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
 
 
 def _ns(seconds: float) -> int:
@@ -111,8 +110,10 @@ class OtelAnalyzer:
         if not flow.analysed:
             return
         common = self._common(flow)
-        ok = flow.status is not None and 200 <= flow.status < 300 and flow.outcome == str(flow.status)
-        failed = not ok
+        # A 2xx that also ended well (not a stream broken by the upstream or left by the client).
+        failed = not (
+            flow.status is not None and 200 <= flow.status < 300 and flow.outcome == str(flow.status)
+        )
         if failed:
             common["error.type"] = flow.outcome or "unknown"
         if self.telemetry.tracer is not None:
@@ -127,7 +128,8 @@ class OtelAnalyzer:
     def _common(self, flow: Flow) -> dict[str, AttributeValue]:
         attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": OPERATION,
-            "gen_ai.provider.name": _PROVIDERS.get(flow.upstream, flow.upstream),
+            # "openai", "anthropic" (the conventions' values) or a configured upstream's name.
+            "gen_ai.provider.name": flow.upstream,
         }
         if (model := safe_model(flow.model)) is not None:
             attributes["gen_ai.request.model"] = model

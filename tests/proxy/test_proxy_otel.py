@@ -388,6 +388,28 @@ def test_no_key_prompt_text_or_header_value_is_exported(default_run: Run, latest
             assert secret.encode() not in raw
 
 
+def test_a_failed_request_has_an_error_span() -> None:
+    receiver = Receiver()
+    with (
+        serving(receiver.app(), "otlp") as otlp,
+        proxied({"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url}) as (url, _),
+    ):
+        client = openai.OpenAI(api_key=API_KEY, base_url=url + "/v1", max_retries=0)
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(
+                model="gpt-4.1",
+                messages=[{"role": "user", "content": "hello"}],
+                extra_headers={"x-emulator-fault": "status=429"},
+            )
+        client.close()
+    (span,) = receiver.spans()
+    a = attributes(span.attributes)
+    assert span.status.code == span.status.STATUS_CODE_ERROR and a["error.type"] == "429"
+    assert span.name == "chat gpt-4.1" and "gen_ai.usage.input_tokens" not in a
+    (point,) = points(receiver.metrics()["gen_ai.client.operation.duration"])
+    assert attributes(point.attributes)["error.type"] == "429" and point.count == 1
+
+
 # -- metrics ----------------------------------------------------------------------------------------
 
 
