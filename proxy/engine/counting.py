@@ -27,6 +27,8 @@ from .rendering import (
 )
 from .tokenizers import Tokenizer, get_tokenizer
 
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
 # Pseudo-tokens for framing. Negative so they never equal a real token id; images use values below
 # _IMAGE_BASE so that a framing marker never equals an image token either.
 START, SEP, END, PAD = -1, -2, -3, -4
@@ -50,6 +52,9 @@ class Framing:
     tools_forced: int | None = None  # instead of tools_once when tool_choice is any / tool (Anthropic)
     thinking_once: int = 0  # once when extended / adaptive thinking is on (Anthropic)
     typescript_tools: bool = True  # OpenAI renders functions as a TypeScript namespace; Anthropic as JSON
+    # OpenAI: the tools section joins the first system / developer message after a blank line, or opens
+    # a system message of its own; its framing is computed, tools_once is what comes on top (may be < 0).
+    tools_in_system: bool = False
     role_tokens: bool = True  # the role name is encoded in each message header (ChatML)
 
 
@@ -75,7 +80,15 @@ class Framing:
 #   value and the rest borrowed from 4.5. Thinking on adds ~25-30, an output_format schema ~87 plus
 #   the schema as indented JSON, each tool_use / tool_result ~27, each message ~2 and the request ~4.
 # Rules are (provider, model prefix); the longest matching prefix wins, "" is the provider default.
-_CHAT = Framing(per_message=3, reply=3, tools_once=2, per_tool_call=7, per_tool_result=0, schema_once=10)
+_CHAT = Framing(
+    per_message=3,
+    reply=3,
+    tools_once=-1,
+    per_tool_call=1,
+    per_tool_result=1,
+    schema_once=10,
+    tools_in_system=True,
+)
 _ANTHROPIC = Framing(
     per_message=2, reply=4, tools_once=438, tools_forced=532, per_tool=0, per_tool_call=23,
     per_tool_result=23, per_name=0, system_once=0, thinking_once=21, schema_once=75, typescript_tools=False,
@@ -99,7 +112,7 @@ _CLAUDE_NEW_TOKENIZER = replace(
 )  # fmt: skip
 FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", ""): _CHAT,
-    ("openai-chat", "gpt-5"): replace(_CHAT, reply=2, assistant_extra=2, tools_once=83),
+    ("openai-chat", "gpt-5"): replace(_CHAT, reply=2, assistant_extra=2, tools_once=84),
     ("openai-chat", "o3"): replace(_CHAT, reply=2),
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-chat", "gpt-4o-2024-11-20"): replace(_CHAT, reply=2),
@@ -250,6 +263,12 @@ class PromptCounter:
     def _segment_content(self, tok: Tokenizer, framing: Framing, seg: Segment) -> tuple[int, ...]:
         if seg.kind in ("image", "document") and seg.fixed_tokens and not seg.text:
             return tuple(image_tokens(seg.digest, seg.fixed_tokens))
+        if seg.kind == "tool_use" and framing.typescript_tools:
+            # A call is a message of its own addressed to the function: "assistant to=functions.NAME" in
+            # its header, the arguments as its content (the adapter's text is "name\narguments").
+            name, _, arguments = seg.text.partition("\n")
+            head = self._content_raw(tok, f"call-to\x00{name}", f" to=functions.{name}")
+            return head + self._content(tok, "call", seg, arguments)
         if seg.kind == "tool" and framing.typescript_tools:
             # The memo first: a rendering is stored only for a segment that has one, under its digest.
             hit = self.memo.get((tok.name, "ts", seg.digest))
@@ -289,6 +308,48 @@ class PromptCounter:
             extra += len(self._content_raw(tok, f"output-schema\x00{digest_text(schema)}", schema))
         return extra
 
+    def _tool_text(self, seg: Segment) -> str:
+        fn = function_of(seg.text)
+        return seg.text if fn is None else render_function(fn) + "\n\n"
+
+    def _join(self, tok: Tokenizer, left: Segment | None, right: Segment | None) -> int:
+        """Tokens gained (< 0: lost) where two parts of the tools section meet, tokenized as one text.
+
+        The parts are tokenized apart (memoised per tool), but the provider tokenizes the section whole,
+        and o200k's punctuation pieces run on over newlines and "/": ";\n\n//" is one pre-token piece.
+        """
+        key = f"join\x00{left.digest if left else 'head'}\x00{right.digest if right else 'tail'}"
+        hit = self.memo.get((tok.name, "join", key))
+        if hit is None:
+            a = (TOOLS_HEAD if left is None else self._tool_text(left))[-32:]
+            b = (TOOLS_TAIL if right is None else self._tool_text(right))[:32]
+            hit = (len(tok.encode(a + b)) - len(tok.encode(a)) - len(tok.encode(b)),)
+            self.memo.put((tok.name, "join", key), hit)
+        return hit[0]
+
+    def _tools_host(self, tok: Tokenizer, segs: Sequence[Segment]) -> int:
+        """Framing of the OpenAI tools section: the blank line that joins it to the first system /
+        developer message, or the header and end of a system message of its own.
+
+        Joined, it is tokenized with the end of that message's text ("." + blank line is one o200k token),
+        so the separator is counted on the message's tail (64 characters hold any final pre-token piece).
+        """
+        first = next((s for s in segs if s.kind not in ("tool", "schema")), None)
+        if first is not None and (
+            first.role in SYSTEM_ROLES or (first.message_index is None and first.role is None)
+        ):
+            group = [
+                s for s in segs if s.kind not in ("tool", "schema") and s.message_index == first.message_index
+            ]
+            tail = group[-1].text[-64:]
+            if first.message_index is None:
+                tail = first.text[-64:]
+            key = f"sep\x00{digest_text(tail)}"
+            return len(self._content_raw(tok, key, tail + "\n\n")) - len(
+                self._content_raw(tok, "t" + key, tail)
+            )
+        return 3 + len(self._role(tok, "system"))
+
     def tokenize(self, prompt: Prompt) -> TokenizedPrompt:
         info = self.table.lookup(prompt.model, prompt.provider)
         tok = get_tokenizer(info.tokenizer)
@@ -300,6 +361,7 @@ class PromptCounter:
         tool_idx = [i for i, s in enumerate(segs) if s.kind == "tool"]
         first_tool, last_tool = (tool_idx[0], tool_idx[-1]) if tool_idx else (-1, -1)
         seen_system = False
+        adjust = 0  # OpenAI: framing below zero (tools_once < 0) that cannot be pseudo-tokens in the stream
         # The tool-use system prompt depends on tool_choice, but tool_choice does not invalidate the tools
         # cache: the tools section carries the smaller of the two, _request_extras the difference.
         tools_once = min(framing.tools_once, _tools_forced(framing))
@@ -310,13 +372,18 @@ class PromptCounter:
             closes = group is None or i == len(segs) - 1 or segs[i + 1].message_index != group
             if seg.kind == "tool":
                 if i == first_tool:
-                    tokens.extend([PAD] * tools_once)
+                    lead = tools_once + (self._tools_host(tok, segs) if framing.tools_in_system else 0)
+                    tokens.extend([PAD] * max(0, lead))
+                    adjust += min(0, lead)
                     if framing.typescript_tools:
                         tokens.extend(self._content_raw(tok, "tools-head", TOOLS_HEAD))
                 tokens.extend([PAD] * framing.per_tool)
                 tokens.extend(self._segment_content(tok, framing, seg))
+                if framing.typescript_tools:
+                    adjust += self._join(tok, segs[i - 1] if i > first_tool else None, seg)
                 if i == last_tool and framing.typescript_tools:
                     tokens.extend(self._content_raw(tok, "tools-tail", TOOLS_TAIL))
+                    adjust += self._join(tok, seg, None)
             elif seg.kind == "schema":
                 tokens.extend([PAD] * framing.schema_once)
                 tokens.extend(self._segment_content(tok, framing, seg))
@@ -332,8 +399,15 @@ class PromptCounter:
                 if framing.typescript_tools:
                     tokens.append(END)
             else:
+                if not opens and seg.kind == "tool_use" and framing.typescript_tools:
+                    # Each further call of one assistant turn is rendered as a message of its own.
+                    tokens.extend(
+                        (END, START, *self._role(tok, "assistant"), *[SEP] * (framing.per_message - 2))
+                    )
                 if opens:
                     role = seg.role or ("tool" if seg.kind == "tool_result" else "assistant")
+                    if seg.kind == "tool_result" and seg.name and framing.typescript_tools:
+                        role = f"functions.{seg.name}"  # the result's author is the function
                     tokens.append(START)
                     if framing.role_tokens:
                         tokens.extend(self._role(tok, role))
@@ -361,7 +435,7 @@ class PromptCounter:
             spans=tuple(spans),
             tokenizer=tok.name,
             ratio=ratio,
-            count=provider_count(len(tokens) + hidden, ratio),
+            count=provider_count(len(tokens) + hidden, ratio) + adjust,
             hidden=hidden,
         )
 

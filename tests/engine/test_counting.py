@@ -269,8 +269,11 @@ def test_response_format_rendering_and_count(counter: PromptCounter) -> None:
 
 
 def test_responses_gpt5_tools_have_no_harmony_preamble() -> None:
-    assert framing_for("openai-responses", "gpt-5-mini").tools_once == 2
-    assert framing_for("openai-chat", "gpt-5-mini").tools_once == 83
+    assert (
+        framing_for("openai-responses", "gpt-5-mini").tools_once
+        == framing_for("openai-chat", "gpt-4o").tools_once
+    )
+    assert framing_for("openai-chat", "gpt-5-mini").tools_once == 84
 
 
 def test_memo_is_bounded_by_tokens_held() -> None:

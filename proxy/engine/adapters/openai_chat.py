@@ -7,6 +7,7 @@ cache-affecting parameters.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from cachewarden.proxy.engine.prompt import Prompt, Segment, SegmentKind
@@ -166,27 +167,47 @@ def _tool_call_segment(call_value: Any, path: str, role: str, index: int) -> Seg
     return Segment(path, "tool_use", tool_call_text(name, arguments), role, index, name=name)
 
 
-def _message_segments(value: Any, index: int) -> list[Segment]:
+def _content_segments(message: Obj, path: str, role: str, index: int, *, empty: bool = True) -> list[Segment]:
+    """The segments of a message's ``content`` (a string or parts); an empty one when ``empty`` and none."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return [Segment(path, whole_kind(role), content, role, index)]
+    segments: list[Segment] = []
+    if content is not None:
+        parts = as_list(content, at(path, "content"))
+        for j, part in enumerate(parts):
+            segments.append(_part_segment(part, at(at(path, "content"), j), role, index))
+    if not segments and empty:
+        segments.append(Segment(path, whole_kind(role), "", role, index))
+    return segments
+
+
+def _message_segments(value: Any, index: int, calls: dict[str, str]) -> list[Segment]:
+    """Segments of ``messages[index]``; ``calls`` maps tool-call ids seen so far to function names."""
     path = at("messages", index)
     message = as_obj(value, path)
     role = req_str(message, "role", path)
     segments: list[Segment] = []
     name = opt_str(message, "name", path)
+    if role in TOOL_ROLES:
+        # A tool result is rendered under the name of the function that produced it (the author of
+        # the message is "functions.NAME"): from its call id, or the legacy role=function ``name``.
+        call_id = opt_str(message, "tool_call_id", path)
+        result_name = calls.get(call_id, name) if call_id is not None else name
+        return [replace(s, name=result_name) for s in _content_segments(message, path, role, index)]
     if name is not None:
         # The author name is rendered in the message header: its own segment keeps it in the digests.
         segments.append(Segment(at(path, "name"), "other", name, role, index))
-    content = message.get("content")
-    if isinstance(content, str):
-        segments.append(Segment(path, whole_kind(role), content, role, index))
-    elif content is not None:
-        parts = as_list(content, at(path, "content"))
-        for j, part in enumerate(parts):
-            segments.append(_part_segment(part, at(at(path, "content"), j), role, index))
+    segments.extend(_content_segments(message, path, role, index, empty=False))
     refusal = opt_str(message, "refusal", path)
     if refusal is not None:
         segments.append(Segment(at(path, "refusal"), "text", refusal, role, index))
     for k, call in enumerate(opt_list(message, "tool_calls", path) or []):
-        segments.append(_tool_call_segment(call, at(at(path, "tool_calls"), k), role, index))
+        segment = _tool_call_segment(call, at(at(path, "tool_calls"), k), role, index)
+        call_id = opt_str(as_obj(call, at(at(path, "tool_calls"), k)), "id", path)
+        if call_id is not None and segment.name is not None:
+            calls[call_id] = segment.name
+        segments.append(segment)
     legacy = opt_obj(message, "function_call", path)
     if legacy is not None:
         fn_path = at(path, "function_call")
@@ -205,14 +226,25 @@ def _message_segments(value: Any, index: int) -> list[Segment]:
     return segments
 
 
+def _legacy_functions(body: Obj) -> list[Segment]:
+    """The deprecated ``functions`` list: rendered like ``tools`` of type function (the same namespace)."""
+    segments: list[Segment] = []
+    for i, item in enumerate(opt_list(body, "functions", "") or []):
+        path = at("functions", i)
+        fn = as_obj(item, path)
+        segments.append(Segment(path, "tool", compact(strip_meta(fn)), name=req_str(fn, "name", path)))
+    return segments
+
+
 def parse_chat(body: Obj, model: str | None = None) -> Prompt:
     """Read a Chat Completions body (``model`` is the fallback when the body has none, e.g. Azure)."""
-    segments = tool_segments(body, _chat_tool_name)
+    segments = tool_segments(body, _chat_tool_name) + _legacy_functions(body)
     schema = schema_segment(opt_obj(body, "response_format", ""), "response_format")
     if schema is not None:
         segments.append(schema)
+    calls: dict[str, str] = {}
     for i, message in enumerate(req_list(body, "messages", "")):
-        segments.extend(_message_segments(message, i))
+        segments.extend(_message_segments(message, i, calls))
     return Prompt(
         provider="openai-chat",
         model=read_model(body, model),

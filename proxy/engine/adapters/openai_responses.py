@@ -95,19 +95,26 @@ def _message_segments(item: Obj, path: str, index: int | None) -> list[Segment]:
     return segments or [Segment(path, whole_kind(role), "", role, index)]
 
 
-def _item_segments(value: Any, path: str, index: int | None) -> list[Segment]:
+def _item_segments(value: Any, path: str, index: int | None, calls: dict[str, str]) -> list[Segment]:
+    """Segments of one input item; ``calls`` maps the call ids seen so far to function names."""
     item = as_obj(value, path)
     kind = opt_str(item, "type", path)
     if kind is None or kind == "message":
         return _message_segments(item, path, index)
     if kind in ("function_call", "custom_tool_call"):
         name = req_str(item, "name", path)
+        call_id = opt_str(item, "call_id", path)
+        if call_id is not None:
+            calls[call_id] = name
         # Arguments stay the string the client sent: re-serialising would hide key-order changes.
         arguments = opt_str(item, "arguments" if kind == "function_call" else "input", path) or ""
         return [Segment(path, "tool_use", tool_call_text(name, arguments), "assistant", index, name=name)]
     if kind in ("function_call_output", "custom_tool_call_output"):
         text, fixed = _output_text(item.get("output"), at(path, "output"))
-        return [Segment(path, "tool_result", text, "tool", index, fixed_tokens=fixed)]
+        # Rendered under the name of the function that produced it (as in Chat Completions).
+        call_id = opt_str(item, "call_id", path)
+        name = calls.get(call_id) if call_id is not None else None
+        return [Segment(path, "tool_result", text, "tool", index, fixed_tokens=fixed, name=name)]
     if kind == "reasoning":
         # The visible summary is the text; the opaque encrypted content still decides identity.
         texts = [s["text"] for s in _list_of_objs(item, "summary", path) if isinstance(s.get("text"), str)]
@@ -138,15 +145,16 @@ def parse_responses(body: Obj, model: str | None = None) -> Prompt:
     instructions = body.get("instructions")
     if isinstance(instructions, str):
         segments.append(Segment("instructions", "system", instructions))
-    elif instructions is not None:
+    calls: dict[str, str] = {}
+    if instructions is not None and not isinstance(instructions, str):
         for i, item in enumerate(as_list(instructions, "instructions")):
-            segments.extend(_item_segments(item, at("instructions", i), None))
+            segments.extend(_item_segments(item, at("instructions", i), None, calls))
     items = body.get("input")
     if isinstance(items, str):
         segments.append(Segment("input", "message", items, "user", 0))
     elif items is not None:
         for i, item in enumerate(as_list(items, "input")):
-            segments.extend(_item_segments(item, at("input", i), i))
+            segments.extend(_item_segments(item, at("input", i), i, calls))
     reasoning = opt_obj(body, "reasoning", "")
     effort = opt_str(reasoning, "effort", "reasoning") if reasoning is not None else None
     return Prompt(

@@ -1,0 +1,102 @@
+"""OpenAI tool rendering and framing, checked on recorded provider usage (records named by id).
+
+Each case is one record of ../shared/data/recorded/interactions.jsonl (third-party data: read in
+place where it exists, skipped elsewhere) whose reported prompt_tokens the counter must match
+exactly. The cases are picked from the training part of the data (bench/bench_counting.py holds
+pydantic-ai out) to cover one rule each.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.counting import PromptCounter
+from cachewarden.proxy.engine.models import load_model_table
+from cachewarden.proxy.engine.rendering import render_function
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "recorded" / "interactions.jsonl"
+MIRASCOPE = "Mirascope/mirascope:python/tests/e2e/"
+CREWAI = "crewAIInc/crewAI:lib/crewai/tests/cassettes/"
+
+CASES = {
+    # property titles as comment lines; tools open a system message of their own (no system message)
+    "no-system-titles": MIRASCOPE
+    + "input/cassettes/test_call_with_tool_error/openai_gpt_4o_completions.yaml#0",
+    # a call ("assistant to=functions.NAME") and its result (author "functions.NAME")
+    "call-and-result": MIRASCOPE
+    + "input/cassettes/test_call_with_tool_error/openai_gpt_4o_completions.yaml#1",
+    # tools joined to a system message ending in "." (".\n\n" is one token)
+    "system-ends-with-period": MIRASCOPE
+    + "output/cassettes/test_structured_output_with_tools/tool/openai_gpt_4o_completions/async.yaml#0",
+    "system-ends-with-letter": CREWAI + "agents/test_agent_without_max_rpm_respects_crew_rpm.yaml#1",
+    "system-ends-with-letter-call": CREWAI + "agents/test_agent_without_max_rpm_respects_crew_rpm.yaml#2",
+    "no-system-no-titles": CREWAI
+    + "llms/TestAzureToolCallStreaming.test_azure_streaming_emits_tool_call_events.yaml#0",
+    "several-tools": CREWAI
+    + "agents/TestOpenAINativeToolCalling.test_openai_parallel_native_tool_calling_test_agent_kickoff.yaml#0",
+    # gpt-5 (harmony): the tools section brings the channel instructions with it
+    "gpt-5-tools": CREWAI
+    + "agents/TestAzureNativeToolCalling.test_azure_agent_with_native_tool_calling.yaml#0",
+}
+
+
+@cache
+def recorded() -> dict[str, dict[str, Any]]:
+    wanted = set(CASES.values())
+    out: dict[str, dict[str, Any]] = {}
+    with DATA.open(encoding="utf-8") as fh:
+        for line in fh:
+            if any(s in line for s in wanted):
+                rec = json.loads(line)
+                if rec["source"] in wanted:
+                    out[rec["source"]] = rec
+    return out
+
+
+@pytest.mark.skipif(not DATA.exists(), reason="recorded provider data not present")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_recorded_count_is_exact(case: str) -> None:
+    rec = recorded()[CASES[case]]
+    prompt = parse_request(rec["request"], provider="openai-chat", model=rec.get("response_model"))
+    assert PromptCounter(load_model_table()).tokenize(prompt).count == rec["total_input_tokens"]
+
+
+def test_function_rendering_titles_descriptions_defaults_nesting() -> None:
+    fn = {
+        "name": "plan",
+        "description": "Make a plan",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "goal": {"title": "Goal", "type": "string", "description": "What to reach"},
+                "depth": {"type": "string", "enum": ["shallow", "deep"], "default": "shallow"},
+                "steps": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+                },
+                "note": {"type": ["string", "null"]},
+            },
+            "required": ["goal"],
+        },
+    }
+    assert render_function(fn) == (
+        "// Make a plan\n"
+        "type plan = (_: {\n"
+        "// Goal\n"
+        "// What to reach\n"
+        "goal: string,\n"
+        'depth?: "shallow" | "deep", // default: "shallow"\n'
+        "steps?: {\n"
+        "  n: number,\n"
+        "}[],\n"
+        "note?: string | null,\n"
+        "}) => any;"
+    )
+    assert render_function({"name": "ping", "parameters": {"type": "object", "properties": {}}}) == (
+        "type ping = () => any;"
+    )
