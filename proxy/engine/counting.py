@@ -12,8 +12,12 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+# Re-exported: callers (emulator, optimize, tests) read framing through the counter module.
+from .framing import FRAMING as FRAMING
+from .framing import Framing as Framing
+from .framing import framing_for as framing_for
 from .models import ModelTable
 from .prompt import Prompt, Segment, digest_text
 from .rendering import (
@@ -33,117 +37,6 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 # _IMAGE_BASE so that a framing marker never equals an image token either.
 START, SEP, END, PAD = -1, -2, -3, -4
 _IMAGE_BASE = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class Framing:
-    """Tokens a provider adds around the content, in tokenizer tokens (before ``ratio``)."""
-
-    per_message: int  # per message / input item: start + separator + end (role tokens come on top)
-    reply: int  # reply priming at the end of the prompt (<|im_start|>assistant<|im_sep|>)
-    assistant_extra: int = 0  # extra per assistant message (harmony channel marker of gpt-5)
-    tools_once: int = 0  # once when any tool is present (tools header / system message it lives in)
-    per_tool: int = 0  # per tool definition, beyond its rendered text
-    per_tool_call: int = 0  # per tool call in an assistant turn, beyond its name + arguments
-    per_tool_result: int = 0  # per tool result, beyond its content
-    per_name: int = 1  # a chat message's author ``name`` (cookbook: tokens_per_name = 1)
-    schema_once: int = 0  # once for a structured-output schema, beyond its rendered text
-    system_once: int = 0  # once when there is top-level system text (Anthropic)
-    tools_forced: int | None = None  # instead of tools_once when tool_choice is any / tool (Anthropic)
-    thinking_once: int = 0  # once when extended / adaptive thinking is on (Anthropic)
-    typescript_tools: bool = True  # OpenAI renders functions as a TypeScript namespace; Anthropic as JSON
-    # OpenAI: the tools section joins the first system / developer message after a blank line, or opens
-    # a system message of its own; its framing is computed, tools_once is what comes on top (may be < 0).
-    tools_in_system: bool = False
-    role_tokens: bool = True  # the role name is encoded in each message header (ChatML)
-
-
-# Framing constants. Where each comes from:
-# - openai-chat base: the classic formula of the openai-cookbook "How to count tokens with tiktoken"
-#   (3 per message + role, +3 reply priming); recorded/README.md and our bench: exact for most
-#   plain-text chat requests.
-# - gpt-5*, o3, o4, gpt-4o-2024-11-20: report one token less (reply priming 2), recorded data;
-#   gpt-5* also counts 2 more per assistant message; with tools, Chat Completions counts ~83 more
-#   (harmony system preamble) but the Responses API does not (recorded: a one-tool Responses request
-#   reports the chat-default overhead; 60+ gpt-5 Responses requests were over by exactly 81).
-# - tools: rendered as the TypeScript `namespace functions` the models were trained on (as in the
-#   community reconstructions of the tool prompt); tools_once / per_tool_call / per_tool_result are
-#   residuals fitted on recorded chat requests with tools.
-# - structured outputs (json_schema): rendered as render_response_format below; schema_once 10 is the
-#   median residual over 181 recorded chat requests with a schema (bench/bench_counting.py).
-# - anthropic: fitted per family on recorded Messages requests (self-contained, not suspect, o200k
-#   stream), least absolute relative error on a training split (held-out by test: bench), provider
-#   units divided by the family ratio of rules/models.yaml. Families differ mostly in the tool-use
-#   system prompt Anthropic injects: Claude 4 / 3.7 (documented 346 auto, 313 any/tool) fit 287 / 263
-#   provider tokens + 35 per tool; Claude 4.5 and later 508 / 617 (+0 per tool); Claude 3.5 Haiku
-#   (documented 264 / 340) 278 / 407; Opus 4.7 / 4.8 (new tokenizer) 277 from 3 requests, the forced
-#   value and the rest borrowed from 4.5. Thinking on adds ~25-30, an output_format schema ~87 plus
-#   the schema as indented JSON, each tool_use / tool_result ~27, each message ~2 and the request ~4.
-# Rules are (provider, model prefix); the longest matching prefix wins, "" is the provider default.
-_CHAT = Framing(
-    per_message=3,
-    reply=3,
-    tools_once=-1,
-    per_tool_call=1,
-    per_tool_result=1,
-    schema_once=10,
-    tools_in_system=True,
-)
-_ANTHROPIC = Framing(
-    per_message=2, reply=4, tools_once=438, tools_forced=532, per_tool=0, per_tool_call=23,
-    per_tool_result=23, per_name=0, system_once=0, thinking_once=21, schema_once=75, typescript_tools=False,
-    role_tokens=False,
-)  # fmt: skip
-# Claude 4 / 4.1 / 3.7 Sonnet (ratio 1.2).
-_CLAUDE_4 = replace(
-    _ANTHROPIC, per_message=1, reply=4, tools_once=239, tools_forced=219, per_tool=29, per_tool_call=23,
-    per_tool_result=23, thinking_once=25, schema_once=72,
-)  # fmt: skip
-# Claude 3.5 / 3 Haiku (ratio 1.1).
-_CLAUDE_35_HAIKU = replace(
-    _ANTHROPIC, per_message=2, reply=4, tools_once=253, tools_forced=370, per_tool=0, per_tool_call=24,
-    per_tool_result=24, thinking_once=0,
-)  # fmt: skip
-# Opus 4.7 / 4.8 and Opus 5 (the newer tokenizer, ratio 1.41); adaptive thinking adds nothing measurable
-# on these (13-18 reported for "What is 2+2?" with and without it).
-_CLAUDE_NEW_TOKENIZER = replace(
-    _ANTHROPIC, per_message=1, reply=3, tools_once=196, tools_forced=438, per_tool_call=19,
-    per_tool_result=19, thinking_once=0, schema_once=62,
-)  # fmt: skip
-FRAMING: dict[tuple[str, str], Framing] = {
-    ("openai-chat", ""): _CHAT,
-    ("openai-chat", "gpt-5"): replace(_CHAT, reply=2, assistant_extra=2, tools_once=84),
-    ("openai-chat", "o3"): replace(_CHAT, reply=2),
-    ("openai-chat", "o4"): replace(_CHAT, reply=2),
-    ("openai-chat", "gpt-4o-2024-11-20"): replace(_CHAT, reply=2),
-    ("openai-responses", ""): _CHAT,
-    ("openai-responses", "gpt-5"): replace(_CHAT, reply=2, assistant_extra=2),
-    ("openai-responses", "o3"): replace(_CHAT, reply=2),
-    ("openai-responses", "o4"): replace(_CHAT, reply=2),
-    # Claude 4.5 and later (Sonnet 4.5 / 4.6, Haiku 4.5, Opus 4.5 / 4.6, unknown newer models).
-    ("anthropic", ""): _ANTHROPIC,
-    ("anthropic", "claude-sonnet-4"): _CLAUDE_4,
-    ("anthropic", "claude-sonnet-4-5"): _ANTHROPIC,
-    ("anthropic", "claude-sonnet-4-6"): _ANTHROPIC,
-    ("anthropic", "claude-opus-4"): _CLAUDE_4,
-    ("anthropic", "claude-opus-4-5"): _ANTHROPIC,
-    ("anthropic", "claude-opus-4-6"): _ANTHROPIC,
-    ("anthropic", "claude-opus-4-7"): _CLAUDE_NEW_TOKENIZER,
-    ("anthropic", "claude-opus-4-8"): _CLAUDE_NEW_TOKENIZER,
-    ("anthropic", "claude-opus-5"): _CLAUDE_NEW_TOKENIZER,
-    ("anthropic", "claude-3-7-sonnet"): _CLAUDE_4,
-    ("anthropic", "claude-3-5-haiku"): _CLAUDE_35_HAIKU,
-    ("anthropic", "claude-3-haiku"): _CLAUDE_35_HAIKU,
-}
-
-
-def framing_for(provider: str, model: str) -> Framing:
-    name = model.lower()
-    best: tuple[int, Framing] | None = None
-    for (prov, prefix), framing in FRAMING.items():
-        if prov == provider and name.startswith(prefix) and (best is None or len(prefix) > best[0]):
-            best = (len(prefix), framing)
-    return best[1] if best is not None else _CHAT
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +254,6 @@ class PromptCounter:
         tool_idx = [i for i, s in enumerate(segs) if s.kind == "tool"]
         first_tool, last_tool = (tool_idx[0], tool_idx[-1]) if tool_idx else (-1, -1)
         seen_system = False
-        adjust = 0  # OpenAI: framing below zero (tools_once < 0) that cannot be pseudo-tokens in the stream
         # The tool-use system prompt depends on tool_choice, but tool_choice does not invalidate the tools
         # cache: the tools section carries the smaller of the two, _request_extras the difference.
         tools_once = min(framing.tools_once, _tools_forced(framing))
@@ -374,16 +266,16 @@ class PromptCounter:
                 if i == first_tool:
                     lead = tools_once + (self._tools_host(tok, segs) if framing.tools_in_system else 0)
                     tokens.extend([PAD] * max(0, lead))
-                    adjust += min(0, lead)
                     if framing.typescript_tools:
                         tokens.extend(self._content_raw(tok, "tools-head", TOOLS_HEAD))
+                    _shift(tokens, min(0, lead))
                 tokens.extend([PAD] * framing.per_tool)
                 tokens.extend(self._segment_content(tok, framing, seg))
                 if framing.typescript_tools:
-                    adjust += self._join(tok, segs[i - 1] if i > first_tool else None, seg)
+                    _shift(tokens, self._join(tok, segs[i - 1] if i > first_tool else None, seg))
                 if i == last_tool and framing.typescript_tools:
                     tokens.extend(self._content_raw(tok, "tools-tail", TOOLS_TAIL))
-                    adjust += self._join(tok, seg, None)
+                    _shift(tokens, self._join(tok, seg, None))
             elif seg.kind == "schema":
                 tokens.extend([PAD] * framing.schema_once)
                 tokens.extend(self._segment_content(tok, framing, seg))
@@ -435,9 +327,18 @@ class PromptCounter:
             spans=tuple(spans),
             tokenizer=tok.name,
             ratio=ratio,
-            count=provider_count(len(tokens) + hidden, ratio) + adjust,
+            count=provider_count(len(tokens) + hidden, ratio),
             hidden=hidden,
         )
+
+
+def _shift(tokens: list[int], n: int) -> None:
+    """Apply a framing correction of ``n`` tokens to the stream: PADs when positive, else drop the last
+    ``-n`` tokens (of the part just added), so that the stream length stays the provider's count."""
+    if n > 0:
+        tokens.extend([PAD] * n)
+    elif n < 0:
+        del tokens[n:]
 
 
 def _reply(n: int) -> Iterable[int]:
