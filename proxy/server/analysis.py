@@ -2,7 +2,12 @@
 
 ``request`` runs in a worker thread once the body has gone upstream; ``response`` once the
 response ended. Both fail open (the hook dispatcher counts exceptions). State shared between
-requests (the engine, the Responses chain, the ratio calibration) is thread-safe.
+requests (the engine, the Responses chain, the count calibration) is thread-safe.
+
+Counts are self-calibrated (``engine.calibration``): the prediction of a request is made on the
+count plus what the last response with the same tools / schema / system reported beyond it; the
+error before and after that correction is exported as ``count_error_tokens{stage="raw|calibrated"}``
+and written to the access log (``count``: counted, calibrated, reported; numbers only).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachewarden.proxy.engine.adapters import load_body, parse_request
-from cachewarden.proxy.engine.counting import provider_count
+from cachewarden.proxy.engine.calibration import Calibrated, CountCalibration
 from cachewarden.proxy.engine.engine import Analysis, Engine
 from cachewarden.proxy.engine.usage import Usage
 from cachewarden.proxy.explain.attribution import Reason, attribute
@@ -27,11 +32,8 @@ from .metrics import Metrics
 _CHAIN_ENTRIES = 2_000
 # How long a chained request's analysis waits for the hook of the turn it chains to.
 _CHAIN_WAIT_SECONDS = 2.0
-# Online calibration of estimated (Claude) token counts: weight of each new observation, and the
-# smallest request worth learning from (framing dominates tiny ones).
-_CALIBRATION_WEIGHT = 0.1
-_CALIBRATION_MIN_TOKENS = 200
-_RATIO_BOUNDS = (0.7, 2.5)
+# Keys of the count calibration (tenant x fixed parts): ~100 bytes each.
+_CALIBRATION_ENTRIES = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,7 @@ class EngineAnalyzer:
         self.metrics = metrics
         self.rules = rules
         self._chain: OrderedDict[tuple[str, str], _Chained] = OrderedDict()
-        self._ratios: dict[str, float] = {}
+        self.calibration = CountCalibration(engine.counter, max_entries=_CALIBRATION_ENTRIES)
         self._lock = threading.Lock()
         # Responses requests whose response hook has not run yet, per tenant: a chained request may
         # arrive before the hook stored the turn it chains to (the client got the bytes first).
@@ -80,6 +82,7 @@ class EngineAnalyzer:
         analysis = self.engine.analyse(prompt, tenant=flow.tenant, now=flow.timings.received_at)
         reasons = attribute(analysis, self.engine.prices)
         flow.metadata["analysis"] = analysis
+        flow.metadata["count"] = self.calibration.apply(flow.tenant, prompt, analysis.tokenized)
         flow.metadata["reasons"] = reasons
         self._record_prediction(flow, analysis, reasons)
         if self.rules is not None:
@@ -91,14 +94,19 @@ class EngineAnalyzer:
 
     def _record_prediction(self, flow: Flow, analysis: Analysis, reasons: list[Reason]) -> None:
         m, base, p = self.metrics, self._labels(flow), analysis.prediction
+        count: Calibrated = flow.metadata["count"]
+        # The calibration corrects the total; the correction lies in the fixed parts' rendering, which
+        # the cache model already placed, so it is billed with the uncached rest (never below zero).
+        uncached = max(0, p.uncached_tokens + count.offset)
         predicted = Usage(
-            input_total=analysis.tokenized.count,
+            input_total=p.cached_tokens + p.cache_write_tokens + uncached,
             cached=p.cached_tokens,
             cache_write=p.cache_write_tokens,
             cache_write_1h=p.cache_write_1h_tokens,
-            uncached=p.uncached_tokens,
+            uncached=uncached,
             output=0,
         )
+        flow.metadata["predicted_usage"] = predicted
         m.record_usage(flow.provider, flow.model, predicted, "predicted", flow.tenant)
         if analysis.cost is not None:
             for kind, usd in (
@@ -142,6 +150,18 @@ class EngineAnalyzer:
             return
         m, base, p = self.metrics, self._labels(flow), analysis.prediction
         m.prediction_error_tokens.labels(*base).observe(usage.cached - p.cached_tokens)
+        count: Calibrated | None = flow.metadata.get("count")
+        if count is not None and usage.input_total > 0:
+            m.count_error_tokens.labels(*base, "raw").observe(usage.input_total - count.raw)
+            m.count_error_tokens.labels(*base, "calibrated").observe(usage.input_total - count.count)
+            flow.metadata["access_count"] = {
+                "counted": count.raw,
+                "calibrated": count.count,
+                "reported": usage.input_total,
+            }
+            self.calibration.observe(
+                flow.tenant, analysis.prompt, analysis.tokenized, usage.input_total, analysis.info.exact
+            )
         if p.cached_tokens > 0 and usage.cached < p.cached_tokens:
             # Predicted a hit the provider did not serve: routing, eviction, a cache we cannot see.
             lost = p.cached_tokens - usage.cached
@@ -167,29 +187,6 @@ class EngineAnalyzer:
                 m.cost_usd.labels(*base, "reported", kind).inc(max(usd, 0.0))
             if cost.savings_usd > 0:
                 m.savings_usd.labels(*base).inc(cost.savings_usd)
-        if not analysis.info.exact:
-            self._calibrate(analysis, usage)
-
-    def _calibrate(self, analysis: Analysis, usage: Usage) -> None:
-        """Learn the provider-tokens-per-stream-token ratio of an estimated tokenizer from usage."""
-        tp = analysis.tokenized
-        stream = len(tp.tokens) + getattr(tp, "hidden", 0)
-        if stream < _CALIBRATION_MIN_TOKENS or usage.input_total <= 0:
-            return
-        observed = usage.input_total / stream
-        if not _RATIO_BOUNDS[0] <= observed <= _RATIO_BOUNDS[1]:
-            return
-        model = analysis.prompt.model
-        with self._lock:
-            ratio = self._ratios.get(model, tp.ratio)
-            if provider_count(stream, ratio) == usage.input_total:
-                # The ratio already explains this report to the token. Moving it towards
-                # ``observed`` (rounded: off by up to half a token over the stream) would only
-                # make it drift, and the drift shows as ±1-token predictions on later requests.
-                return
-            ratio += _CALIBRATION_WEIGHT * (observed - ratio)
-            self._ratios[model] = ratio
-        self.engine.counter.set_ratio(model, ratio)
 
     # -- Responses API chains --------------------------------------------------------------------
     def _remember_chain(self, tenant: str, response_id: str, chained: _Chained) -> None:

@@ -463,6 +463,8 @@ def access_record(flow: Flow) -> dict[str, Any]:
         "tenant": flow.tenant,
         "request_bytes": len(flow.request_body),
         "usage_state": flow.usage_state,
+        # Input tokens counted, after self-calibration, and reported (analysis.py); numbers only.
+        "count": flow.metadata.get("access_count"),
         "tokens": None
         if u is None
         else {

@@ -126,6 +126,12 @@ class Metrics:
         self.prediction_error_tokens = histogram(
             "prediction_error_tokens", "Reported cached tokens minus predicted cached tokens.", _ERROR_BUCKETS
         )
+        self.count_error_tokens = histogram(
+            "count_error_tokens",
+            "Reported minus counted input tokens, before (raw) and after (calibrated) self-calibration.",
+            _ERROR_BUCKETS,
+            "stage",
+        )
         self.findings = counter("findings", "Rule findings in proxied requests.", "code", "reason")
         self.canonicalized_requests = counter(
             "canonicalized_requests", "Requests rewritten before forwarding, by transform.", "transform"

@@ -11,6 +11,7 @@ from cachewarden.proxy.engine.usage import Usage
 from cachewarden.proxy.server.analysis import EngineAnalyzer
 from cachewarden.proxy.server.hooks import Flow, Timings
 from cachewarden.proxy.server.metrics import Metrics
+from prometheus_client import generate_latest
 
 POLICY = " ".join(f"Clause {i} covers refunds for fare class {i % 7}." for i in range(400))
 
@@ -100,3 +101,72 @@ def test_a_ratio_that_explains_every_report_does_not_drift() -> None:
         flow.usage = _usage(tokenized.count)  # the exact count of the shipped ratio
         analyzer.response(flow)
     assert engine.counter.ratio_for("claude-sonnet-5", -1.0) in (-1.0, start)
+
+
+def _chat_flow(body: dict[str, Any], n: int, tenant: str = "t") -> Flow:
+    flow = _flow(json.dumps(body).encode(), n)
+    flow.route, flow.provider, flow.upstream, flow.path = (
+        "openai-chat",
+        "openai-chat",
+        "openai",
+        "/v1/chat/completions",
+    )
+    flow.tenant = tenant
+    return flow
+
+
+def _tools_body(turn: int, tool: str = "lookup") -> dict[str, Any]:
+    return {
+        "model": "gpt-4.1",
+        "tools": [{"type": "function", "function": {"name": tool, "parameters": {"type": "object"}}}],
+        "messages": [{"role": "system", "content": POLICY}, {"role": "user", "content": f"question {turn}"}],
+    }
+
+
+def test_offset_per_tool_set_makes_the_next_count_exact() -> None:
+    engine = Engine()
+    metrics = Metrics()
+    analyzer = EngineAnalyzer(engine, metrics)
+    first = _chat_flow(_tools_body(0), 0)
+    analyzer.request(first)
+    raw = first.metadata["count"].raw
+    # The provider's rendering of this tool set costs 7 tokens more than the counter's.
+    first.usage = _usage(raw + 7)
+    analyzer.response(first)
+    assert first.metadata["access_count"] == {"counted": raw, "calibrated": raw, "reported": raw + 7}
+    second = _chat_flow(_tools_body(1), 1)
+    analyzer.request(second)
+    count = second.metadata["count"]
+    assert count.learned and count.count == count.raw + 7
+    assert second.metadata["predicted_usage"].input_total == count.raw + 7
+    # Another tool set, or another tenant, starts from the raw count.
+    other = _chat_flow(_tools_body(1, tool="other"), 2)
+    analyzer.request(other)
+    assert other.metadata["count"].offset == 0
+    stranger = _chat_flow(_tools_body(1), 3, tenant="u")
+    analyzer.request(stranger)
+    assert stranger.metadata["count"].offset == 0
+    second.usage = _usage(count.raw + 7)
+    analyzer.response(second)
+    text = generate_latest(metrics.registry).decode()
+    # Two observations per stage: raw 7 tokens off both times, calibrated 7 off once and then exact
+    # (the histogram has negative buckets, so it exports no _sum: the bucket le="0.0" tells).
+    lines = text.splitlines()
+
+    def at_most_zero(stage: str) -> str:
+        prefix = "cachewarden_count_error_tokens_bucket{"
+        return next(ln for ln in lines if ln.startswith(prefix) and 'le="0.0"' in ln and f'"{stage}"' in ln)
+
+    assert at_most_zero("raw").endswith(" 0.0") and at_most_zero("calibrated").endswith(" 1.0")
+
+
+def test_calibration_memory_is_bounded() -> None:
+    engine = Engine()
+    analyzer = EngineAnalyzer(engine, Metrics())
+    analyzer.calibration.max_entries = 5
+    for n in range(20):
+        flow = _chat_flow(_tools_body(0, tool=f"t{n}"), n)
+        analyzer.request(flow)
+        flow.usage = _usage(flow.metadata["count"].raw + 3)
+        analyzer.response(flow)
+    assert len(analyzer.calibration) == 5

@@ -1,0 +1,126 @@
+"""Self-calibration of token counts from the usage each response reports.
+
+Every response states the exact input tokens of its request. What the counter gets wrong is nearly
+always in the request's fixed parts (a tool rendering, an output schema, an injected system prompt),
+and those repeat: the next request with the same parts is off by the same amount. So the difference
+reported - counted is kept per tenant, model + cache-affecting parameters (the prompt's fingerprint)
+and digest of the fixed parts, and added to the next count with the same key: after one response per
+tool set the prediction is exact.
+
+Estimated tokenizers (Claude: o200k times a per-family ratio) are one case of the same mechanism:
+their error grows with the request, so for them the ratio is learned first (per model, moved
+towards reported / stream at a small weight), and the per-digest offset takes what the ratio leaves.
+
+Bounded: an LRU of ``max_entries`` keys (each a few dozen bytes); no prompt text is kept, only digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from .counting import PromptCounter, TokenizedPrompt, provider_count
+from .prompt import Prompt
+
+# The parts that do not change between the turns of one conversation (and where the rendering
+# errors live); messages are left out so that a growing conversation keeps its key.
+FIXED_KINDS = frozenset({"tool", "schema"})
+# Ratio learning (estimated tokenizers): weight of each observation, smallest stream worth learning
+# from (framing dominates tiny requests), plausible bounds of a provider-tokens-per-o200k-token ratio.
+RATIO_WEIGHT = 0.1
+RATIO_MIN_TOKENS = 200
+RATIO_BOUNDS = (0.7, 2.5)
+# An offset larger than this share of the request is not a rendering error but a request the
+# counter cannot see (server tools, files by id, a previous_response_id chain): not learned.
+MAX_OFFSET_SHARE = 0.25
+
+
+def fixed_digest(prompt: Prompt) -> str:
+    """Digest of the request's fixed parts: tools, output schema and top-level / first system text."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(prompt.fingerprint.encode())
+    first_index = next((s.message_index for s in prompt.segments if s.kind not in FIXED_KINDS), None)
+    for seg in prompt.segments:
+        top_system = seg.message_index is None or (
+            seg.message_index == first_index and seg.role in ("system", "developer")
+        )
+        if seg.kind in FIXED_KINDS or (seg.kind == "system" and top_system):
+            h.update(seg.digest.encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Calibrated:
+    """A count before and after calibration (``offset`` = calibrated - raw)."""
+
+    raw: int
+    count: int
+    key: str
+    learned: bool  # an earlier response with the same key contributed
+
+    @property
+    def offset(self) -> int:
+        return self.count - self.raw
+
+
+class CountCalibration:
+    """Per-key offsets (and per-model ratios for estimated tokenizers), learned from reported usage."""
+
+    def __init__(self, counter: PromptCounter, *, max_entries: int = 10_000) -> None:
+        self.counter = counter
+        self.max_entries = max(0, max_entries)
+        self._offsets: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._ratios: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def apply(self, tenant: str, prompt: Prompt, tokenized: TokenizedPrompt) -> Calibrated:
+        key = fixed_digest(prompt)
+        with self._lock:
+            offset = self._offsets.get((tenant, key))
+            if offset is not None:
+                self._offsets.move_to_end((tenant, key))
+        raw = tokenized.count
+        return Calibrated(raw, max(0, raw + (offset or 0)), key, offset is not None)
+
+    def observe(
+        self, tenant: str, prompt: Prompt, tokenized: TokenizedPrompt, reported: int, exact: bool
+    ) -> None:
+        """Learn from the input tokens the provider reported for a request counted as ``tokenized``."""
+        if reported <= 0:
+            return
+        stream = len(tokenized.tokens) + tokenized.hidden
+        count = tokenized.count
+        if not exact:
+            count = provider_count(stream, self._learn_ratio(prompt.model, tokenized, stream, reported))
+        offset = reported - count
+        if abs(offset) > MAX_OFFSET_SHARE * reported or self.max_entries == 0:
+            return
+        key = (tenant, fixed_digest(prompt))
+        with self._lock:
+            self._offsets[key] = offset
+            self._offsets.move_to_end(key)
+            while len(self._offsets) > self.max_entries:
+                self._offsets.popitem(last=False)
+
+    def _learn_ratio(self, model: str, tokenized: TokenizedPrompt, stream: int, reported: int) -> float:
+        """The model's ratio after this observation (installed in the counter for later requests)."""
+        with self._lock:
+            ratio = self._ratios.get(model, tokenized.ratio)
+            observed = reported / stream if stream else ratio
+            if (
+                stream < RATIO_MIN_TOKENS
+                or not RATIO_BOUNDS[0] <= observed <= RATIO_BOUNDS[1]
+                or provider_count(stream, ratio) == reported
+            ):
+                # Too small to learn from, implausible, or already explained to the token (moving
+                # towards a rounded observation would only drift).
+                return ratio
+            ratio += RATIO_WEIGHT * (observed - ratio)
+            self._ratios[model] = ratio
+        self.counter.set_ratio(model, ratio)
+        return ratio
