@@ -112,9 +112,9 @@ def _item_segments(value: Any, path: str, index: int | None, calls: dict[str, st
     if kind in ("function_call_output", "custom_tool_call_output"):
         text, fixed = _output_text(item.get("output"), at(path, "output"))
         # Rendered under the name of the function that produced it (as in Chat Completions).
-        call_id = opt_str(item, "call_id", path)
-        name = calls.get(call_id) if call_id is not None else None
-        return [Segment(path, "tool_result", text, "tool", index, fixed_tokens=fixed, name=name)]
+        output_id = opt_str(item, "call_id", path)
+        producer = calls.get(output_id) if output_id is not None else None
+        return [Segment(path, "tool_result", text, "tool", index, fixed_tokens=fixed, name=producer)]
     if kind == "reasoning":
         # The visible summary is the text; the opaque encrypted content still decides identity.
         texts = [s["text"] for s in _list_of_objs(item, "summary", path) if isinstance(s.get("text"), str)]
