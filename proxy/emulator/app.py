@@ -32,9 +32,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .bodies import Turn, anthropic_message, chat_completion, new_id, response_item, response_object
+from .bodies import Turn, anthropic_message, chat_completion, new_id, response_items, response_object
 from .cache import CacheRequestError
-from .completions import complete
+from .completions import Completion, complete
+from .encoding import choose, compress
 from .errors import Family, error_response, request_id_header
 from .faults import HEADER as FAULT_HEADER
 from .faults import Fault, FaultSyntaxError, parse_fault
@@ -127,12 +128,22 @@ def _validate(provider: Provider, body: Mapping[str, Any]) -> None:
         raise RequestError("Input should be a valid boolean", "stream")
 
 
-def _response_ids(provider: Provider, has_tool: bool) -> tuple[str, str]:
+def _response_ids(provider: Provider) -> tuple[str, str]:
     if provider == "openai-chat":
         return new_id("chatcmpl-", 29), ""
     if provider == "openai-responses":
-        return new_id("resp_", 48), new_id("fc_" if has_tool else "msg_", 48)
+        return new_id("resp_", 48), new_id("msg_", 48)
     return new_id("msg_01", 22), ""
+
+
+def _choices(
+    provider: Provider, body: Mapping[str, Any], seed: str, first: Completion
+) -> tuple[Completion, ...]:
+    """Chat Completions ``n``: more answers to the same prompt, each from its own seed."""
+    n = body.get("n")
+    if provider != "openai-chat" or not isinstance(n, int) or isinstance(n, bool) or n <= 1:
+        return ()
+    return (first, *(complete(provider, body, f"{seed}\x00choice {k}") for k in range(1, min(n, 128))))
 
 
 def _events(turn: Turn, body: Mapping[str, Any]) -> list[Event]:
@@ -174,7 +185,7 @@ async def _generate(request: Request, provider: Provider) -> Response:
         return error_response(family, 500, str(exc))
 
     completion = complete(provider, full, _seed(prompt))
-    response_id, item_id = _response_ids(provider, completion.tool_call is not None)
+    response_id, item_id = _response_ids(provider)
     turn = Turn(
         provider=provider,
         model=prompt.model,
@@ -185,10 +196,11 @@ async def _generate(request: Request, provider: Provider) -> Response:
         report_writes=provider != "anthropic" and info.cache.mode == "breakpoints",
         body=body,
         item_id=item_id,
+        choices=_choices(provider, full, _seed(prompt), completion),
     )
     final = _final_body(turn)
     if provider == "openai-responses" and body.get("store", True) is not False:
-        stored = StoredResponse(key, _user_items(full.get("input")), [response_item(turn)], final)
+        stored = StoredResponse(key, _user_items(full.get("input")), response_items(turn), final)
         state.responses.put(response_id, stored)
 
     headers = request_id_header(family)
@@ -196,6 +208,8 @@ async def _generate(request: Request, provider: Provider) -> Response:
     first = latency.first_token(usage) if latency is not None else 0.0
     per_token = latency.per_token() if latency is not None else 0.0
     disconnect = fault.disconnect if fault is not None else None
+    # Compressed when the client accepts it, as the providers' edges do (``encoding``).
+    coding = choose(request.headers.get("accept-encoding")) if state.compress else None
     if body.get("stream") is True:
         return EventStreamResponse(
             _events(turn, body),
@@ -203,12 +217,17 @@ async def _generate(request: Request, provider: Provider) -> Response:
             first_delay=first,
             per_token=per_token,
             disconnect_after=disconnect,
+            coding=coding,
         )
     if first or per_token:
-        await asyncio.sleep(first + per_token * completion.output_tokens)
+        await asyncio.sleep(first + per_token * turn.output_tokens)
     if disconnect is not None:
         return TruncatedResponse(json.dumps(final).encode(), status_code=200, headers=headers)
-    return JSONResponse(final, headers=headers)
+    if coding is None:
+        return JSONResponse(final, headers=headers)
+    content = compress(coding, bytes(JSONResponse(final).body))
+    encoded = {**headers, "content-encoding": coding, "vary": "Accept-Encoding"}
+    return Response(content, media_type="application/json", headers=encoded)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -314,9 +333,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    *, clock: Clock | None = None, latency: LatencyModel | None = None, table: ModelTable | None = None
+    *,
+    clock: Clock | None = None,
+    latency: LatencyModel | None = None,
+    table: ModelTable | None = None,
+    compress: bool = True,
 ) -> Starlette:
-    """The emulator app. ``clock`` (seconds) defaults to wall time; ``latency`` None means instant."""
+    """The emulator app. ``clock`` (seconds) defaults to wall time; ``latency`` None means instant;
+    ``compress`` False answers plain bytes whatever the client accepts."""
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
@@ -330,6 +354,6 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={404: _http_error, 405: _http_error})
-    app.state.emulator = EmulatorState(table=table or load_model_table(), latency=latency)
+    app.state.emulator = EmulatorState(table=table or load_model_table(), latency=latency, compress=compress)
     app.state.clock = clock or wall_clock
     return app

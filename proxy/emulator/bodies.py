@@ -20,7 +20,7 @@ from typing import Any
 from cachewarden.proxy.engine.prompt import Provider
 
 from .cache import ReferenceUsage
-from .completions import Completion
+from .completions import Completion, ToolCall
 
 JSON = dict[str, Any]
 
@@ -41,19 +41,30 @@ class Turn:
     usage: ReferenceUsage
     report_writes: bool  # OpenAI breakpoint-caching models report cache_write_tokens
     body: Mapping[str, Any]  # the request, for the fields a Responses object echoes
-    item_id: str = ""  # Responses output item / Anthropic has none
+    item_id: str = ""  # the Responses message item (function calls carry ids of their own)
+    # Chat Completions ``n``: every choice, the first being ``completion``; empty means just it.
+    choices: tuple[Completion, ...] = ()
 
     @property
     def call_id(self) -> str:
         tool = self.completion.tool_call
         return "" if tool is None else tool.call_id
 
+    @property
+    def all_choices(self) -> tuple[Completion, ...]:
+        return self.choices or (self.completion,)
+
+    @property
+    def output_tokens(self) -> int:
+        """All choices' output (OpenAI bills every choice)."""
+        return sum(c.output_tokens for c in self.all_choices)
+
 
 # -- OpenAI Chat Completions ----------------------------------------------------------------------
 
 
 def chat_usage(turn: Turn) -> JSON:
-    u, out = turn.usage, turn.completion.output_tokens
+    u, out = turn.usage, turn.output_tokens
     details: JSON = {"cached_tokens": u.cached, "audio_tokens": 0}
     if turn.report_writes:
         details["cache_write_tokens"] = u.writes
@@ -72,45 +83,47 @@ def chat_usage(turn: Turn) -> JSON:
 
 
 def chat_finish_reason(completion: Completion) -> str:
-    if completion.tool_call is not None:
+    if completion.tool_calls:
         return "tool_calls"
     return "length" if completion.truncated else "stop"
 
 
-def chat_tool_call(turn: Turn) -> JSON | None:
-    tool = turn.completion.tool_call
-    if tool is None:
-        return None
+def chat_tool_calls(completion: Completion) -> list[JSON]:
+    return [
+        {
+            "id": f"call_{tool.call_id}",
+            "type": "function",
+            "function": {"name": tool.name, "arguments": tool.arguments},
+        }
+        for tool in completion.tool_calls
+    ]
+
+
+def _chat_choice(index: int, completion: Completion) -> JSON:
+    calls = chat_tool_calls(completion)
+    message: JSON = {
+        "role": "assistant",
+        "content": None if calls else completion.text,
+        "refusal": None,
+        "annotations": [],
+    }
+    if calls:
+        message["tool_calls"] = calls
     return {
-        "id": f"call_{tool.call_id}",
-        "type": "function",
-        "function": {"name": tool.name, "arguments": tool.arguments},
+        "index": index,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": chat_finish_reason(completion),
     }
 
 
 def chat_completion(turn: Turn) -> JSON:
-    call = chat_tool_call(turn)
-    message: JSON = {
-        "role": "assistant",
-        "content": None if call is not None else turn.completion.text,
-        "refusal": None,
-        "annotations": [],
-    }
-    if call is not None:
-        message["tool_calls"] = [call]
     return {
         "id": turn.response_id,
         "object": "chat.completion",
         "created": turn.created,
         "model": turn.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": chat_finish_reason(turn.completion),
-            }
-        ],
+        "choices": [_chat_choice(k, c) for k, c in enumerate(turn.all_choices)],
         "usage": chat_usage(turn),
         "service_tier": "default",
         "system_fingerprint": "fp_emulator",
@@ -138,20 +151,30 @@ def output_text_part(text: str) -> JSON:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def response_item(turn: Turn, status: str = "completed", *, empty: bool = False) -> JSON:
-    """The one output item: an assistant message or a function call (``empty`` as first announced)."""
-    tool = turn.completion.tool_call
-    if tool is not None:
-        return {
-            "type": "function_call",
-            "id": turn.item_id,
-            "call_id": f"call_{tool.call_id}",
-            "name": tool.name,
-            "arguments": "" if empty else tool.arguments,
-            "status": status,
-        }
+def function_call_id(tool: ToolCall) -> str:
+    return f"fc_{tool.call_id}"
+
+
+def response_items(turn: Turn, status: str = "completed", *, empty: bool = False) -> list[JSON]:
+    """The output items: one function call per tool call, or an assistant message (``empty``: as
+    first announced, before the deltas)."""
+    calls = turn.completion.tool_calls
+    if calls:
+        return [
+            {
+                "type": "function_call",
+                "id": function_call_id(tool),
+                "call_id": f"call_{tool.call_id}",
+                "name": tool.name,
+                "arguments": "" if empty else tool.arguments,
+                "status": status,
+            }
+            for tool in calls
+        ]
     content = [] if empty else [output_text_part(turn.completion.text)]
-    return {"type": "message", "id": turn.item_id, "status": status, "role": "assistant", "content": content}
+    return [
+        {"type": "message", "id": turn.item_id, "status": status, "role": "assistant", "content": content}
+    ]
 
 
 def response_status(turn: Turn) -> str:
@@ -175,7 +198,7 @@ def response_object(turn: Turn, *, final: bool = True) -> JSON:
         "max_output_tokens": body.get("max_output_tokens"),
         "max_tool_calls": None,
         "model": turn.model,
-        "output": [response_item(turn, response_status(turn))] if final else [],
+        "output": response_items(turn, response_status(turn)) if final else [],
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "previous_response_id": body.get("previous_response_id"),
         "prompt_cache_key": body.get("prompt_cache_key"),
@@ -210,25 +233,31 @@ def anthropic_usage(turn: Turn, output_tokens: int | None = None) -> JSON:
 
 
 def anthropic_stop_reason(completion: Completion) -> str:
-    if completion.tool_call is not None:
+    if completion.tool_calls:
         return "tool_use"
     return "max_tokens" if completion.truncated else "end_turn"
 
 
 def anthropic_blocks(turn: Turn) -> list[JSON]:
-    tool = turn.completion.tool_call
-    if tool is not None:
-        return [
-            {
-                "type": "tool_use",
-                "id": f"toolu_{tool.call_id}",
-                "name": tool.name,
-                "input": json.loads(tool.arguments),
-            }
-        ]
-    if not turn.completion.pieces:
-        return []
-    return [{"type": "text", "text": turn.completion.text}]
+    """Content blocks: thinking (when asked for), then the text or one tool_use per call."""
+    completion = turn.completion
+    blocks: list[JSON] = []
+    if completion.thinking:
+        blocks.append(
+            {"type": "thinking", "thinking": completion.thinking_text, "signature": completion.signature}
+        )
+    if completion.pieces:
+        blocks.append({"type": "text", "text": completion.text})
+    blocks += [
+        {
+            "type": "tool_use",
+            "id": f"toolu_{tool.call_id}",
+            "name": tool.name,
+            "input": json.loads(tool.arguments),
+        }
+        for tool in completion.tool_calls
+    ]
+    return blocks
 
 
 def anthropic_message(turn: Turn, *, final: bool = True) -> JSON:

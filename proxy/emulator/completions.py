@@ -1,13 +1,19 @@
 """Deterministic completions: the same prompt always gets the same answer.
 
 The text is a run of words drawn from a hash of the prompt; one word (with its leading space) is one
-output token. A tool call is made when tools are offered and either ``tool_choice`` forces one or
-the last message is a user message asking for it ("use the tool", "call <name>", "use <name>").
-A tool result as the last message always gets a text answer, so agent loops end.
+output token. Tool calls are made when tools are offered and either ``tool_choice`` forces one or
+the last message is a user message asking for them ("use the tool", "call <name>", "use <name>",
+"call <a> and <b>": one call per tool named, in the order named, unless parallel calls are turned
+off). A tool result as the last message always gets a text answer, so agent loops end.
+
+A request for structured output (``structured``) gets a JSON value of its schema as the text, in
+pieces of a few characters (one output token each). Anthropic ``thinking`` (enabled or adaptive)
+adds a thinking block before the answer, with a signature.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -16,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachewarden.proxy.engine.prompt import Provider
+
+from .structured import answer_schema, example_value
 
 _WORDS = [
     "the",
@@ -92,19 +100,29 @@ class ToolCall:
 @dataclass(frozen=True, slots=True)
 class Completion:
     pieces: tuple[str, ...]  # text deltas, one output token each
-    tool_call: ToolCall | None
+    tool_calls: tuple[ToolCall, ...]
     truncated: bool  # stopped by the output-token limit
+    thinking: tuple[str, ...] = ()  # thinking deltas (Anthropic), one output token each
+    signature: str = ""  # of the thinking block
+
+    @property
+    def tool_call(self) -> ToolCall | None:
+        """The first tool call (most answers make at most one)."""
+        return self.tool_calls[0] if self.tool_calls else None
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
 
     @property
+    def thinking_text(self) -> str:
+        return "".join(self.thinking)
+
+    @property
     def output_tokens(self) -> int:
-        if self.tool_call is not None:
-            # The name plus the argument deltas.
-            return len(self.pieces) + 1 + len(self.tool_call.pieces())
-        return len(self.pieces)
+        # Each call: its name plus the argument deltas.
+        calls = sum(1 + len(call.pieces()) for call in self.tool_calls)
+        return len(self.thinking) + len(self.pieces) + calls
 
 
 def _hash_stream(seed: str) -> Iterator[int]:
@@ -210,46 +228,67 @@ def _forced_tool(provider: Provider, choice: Any) -> tuple[bool, str | None]:
     return False, None
 
 
-def _asked_tool(text: str, names: list[str]) -> str | None:
+_VERB = r"\b(?:call|use|run|invoke)\s+(?:the\s+)?"
+# Between two names of one request: "a and b", "a, b", "a, then b", "a and then the b".
+_JOIN = (
+    r"`?\s*(?:,\s*(?:and\s+)?(?:then\s+)?|\s+and\s+(?:then\s+)?|\s+then\s+)(?:the\s+)?(?:call\s+|use\s+)?`?"
+)
+
+
+def _asked_tools(text: str, names: list[str]) -> list[str]:
+    """The tools a user message asks for, in the order it names them (each once)."""
     lowered = text.lower()
-    for name in sorted(names, key=len, reverse=True):
-        if re.search(rf"\b(call|use|run|invoke)\s+(the\s+)?`?{re.escape(name.lower())}\b", lowered):
-            return name
-    if re.search(r"\buse\s+(the|a)\s+tools?\b", lowered):
-        return names[0]
-    return None
+    alternatives = "|".join(re.escape(n.lower()) for n in sorted(names, key=len, reverse=True))
+    by_lower = {n.lower(): n for n in names}
+    name = rf"`?({alternatives})\b"
+    asked: list[str] = []
+    for match in re.finditer(rf"{_VERB}{name}((?:{_JOIN}(?:{alternatives})\b)*)", lowered):
+        for found in re.findall(rf"(?<![\w])({alternatives})\b", match.group(0)):
+            if by_lower[found] not in asked:
+                asked.append(by_lower[found])
+    if not asked and re.search(r"\buse\s+(the|a)\s+tools?\b", lowered):
+        return names[:1]
+    return asked
 
 
-def example_value(schema: Any, name: str, depth: int = 0) -> Any:
-    """A small value that fits a JSON schema (enum / const first, then by type)."""
-    if not isinstance(schema, Mapping) or depth > 8:
-        return name
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][0]
-    if "const" in schema:
-        return schema["const"]
-    for key in ("anyOf", "oneOf"):
-        options = schema.get(key)
-        if isinstance(options, list) and options:
-            return example_value(options[0], name, depth + 1)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object" or isinstance(schema.get("properties"), Mapping):
-        props = schema.get("properties")
-        props = props if isinstance(props, Mapping) else {}
-        return {k: example_value(v, k, depth + 1) for k, v in props.items()}
-    if kind == "array":
-        return [example_value(schema.get("items"), name, depth + 1)]
-    if kind == "integer":
-        return 1
-    if kind == "number":
-        return 1.5
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    return f"example {name}"
+def _parallel(provider: Provider, body: Mapping[str, Any]) -> bool:
+    """Whether the request allows several tool calls in one answer (the default everywhere)."""
+    if provider == "anthropic":
+        choice = body.get("tool_choice")
+        return not (isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True)
+    return body.get("parallel_tool_calls") is not False
+
+
+def _thinking(provider: Provider, body: Mapping[str, Any]) -> bool:
+    thinking = body.get("thinking")
+    return (
+        provider == "anthropic"
+        and isinstance(thinking, Mapping)
+        and thinking.get("type") in ("enabled", "adaptive")
+    )
+
+
+def _json_pieces(value: Any) -> tuple[str, ...]:
+    text = json.dumps(value, ensure_ascii=False)
+    return tuple(text[i : i + _ARGUMENT_PIECE] for i in range(0, len(text), _ARGUMENT_PIECE)) or ("",)
+
+
+def _chosen_tools(provider: Provider, body: Mapping[str, Any], tools: list[str]) -> list[str]:
+    choice = body.get("tool_choice")
+    if not tools or choice == "none" or (isinstance(choice, Mapping) and choice.get("type") == "none"):
+        return []
+    required, forced = _forced_tool(provider, choice)
+    ask = last_user_text(provider, body)
+    asked = _asked_tools(ask, tools) if ask is not None else []
+    if forced in tools:
+        chosen = [forced]
+    elif asked:
+        chosen = asked
+    elif required:
+        chosen = tools[:1]
+    else:
+        chosen = []
+    return chosen if _parallel(provider, body) else chosen[:1]
 
 
 def complete(provider: Provider, body: Mapping[str, Any], seed: str) -> Completion:
@@ -257,25 +296,27 @@ def complete(provider: Provider, body: Mapping[str, Any], seed: str) -> Completi
     limit = output_limit(provider, body)
     if limit is not None and limit <= 0:
         # Anthropic max_tokens 0: pre-warm the cache, generate nothing.
-        return Completion((), None, True)
+        return Completion((), (), True)
+    thinking: tuple[str, ...] = ()
+    signature = ""
+    if _thinking(provider, body):
+        thinking, _ = words_for(f"{seed}\x00thinking", None)
+        signature = base64.b64encode(
+            hashlib.blake2b(f"{seed}\x00sig".encode(), digest_size=48).digest()
+        ).decode()
     tools = offered_tools(provider, body)
-    ask = last_user_text(provider, body)
-    choice = body.get("tool_choice")
-    chosen: str | None = None
-    if tools and choice != "none" and not (isinstance(choice, Mapping) and choice.get("type") == "none"):
-        required, forced = _forced_tool(provider, choice)
-        names = [n for n, _ in tools]
-        asked = _asked_tool(ask, names) if ask is not None else None
-        if forced in names:
-            chosen = forced
-        elif asked is not None:
-            chosen = asked
-        elif required:
-            chosen = names[0]
-    if chosen is not None:
-        schema = dict(tools)[chosen]
-        arguments = json.dumps(example_value(schema, chosen), separators=(",", ":"))
-        call_id = hashlib.blake2b(f"{seed}\x00{chosen}".encode(), digest_size=12).hexdigest()
-        return Completion((), ToolCall(call_id, chosen, arguments), False)
+    chosen = _chosen_tools(provider, body, [n for n, _ in tools])
+    if chosen:
+        schemas = dict(tools)
+        calls = []
+        for k, name in enumerate(chosen):
+            arguments = json.dumps(example_value(schemas[name], name), separators=(",", ":"))
+            call_id = hashlib.blake2b(f"{seed}\x00{name}\x00{k}".encode(), digest_size=12).hexdigest()
+            calls.append(ToolCall(call_id, name, arguments))
+        return Completion((), tuple(calls), False, thinking, signature)
+    schema = answer_schema(provider, body)
+    if schema is not None:
+        # Structured output is never cut short here: a truncated JSON value fails every parser.
+        return Completion(_json_pieces(example_value(schema, "value")), (), False, thinking, signature)
     pieces, truncated = words_for(seed, limit)
-    return Completion(pieces, None, truncated)
+    return Completion(pieces, (), truncated, thinking, signature)

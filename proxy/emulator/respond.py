@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from .encoding import encoder
 from .sse import Event
 
 SSE_MEDIA_TYPE = "text/event-stream; charset=utf-8"
@@ -33,10 +34,15 @@ class EventStreamResponse(Response):
         first_delay: float = 0.0,
         per_token: float = 0.0,
         disconnect_after: int | None = None,
+        coding: str | None = None,
     ) -> None:
         super().__init__(status_code=200, media_type=SSE_MEDIA_TYPE)
         self.events = events
         self.extra_headers = {"content-type": SSE_MEDIA_TYPE, "cache-control": "no-cache", **headers}
+        # Compressed event by event (``encoding``); a dropped connection never sends the end.
+        self.encoder = encoder(coding) if coding else None
+        if coding:
+            self.extra_headers.update({"content-encoding": coding, "vary": "Accept-Encoding"})
         self.first_delay = first_delay
         self.per_token = per_token
         self.disconnect_after = disconnect_after
@@ -52,10 +58,12 @@ class EventStreamResponse(Response):
                 return  # drop the connection: the body never completes
             if event.tokens and self.per_token > 0:
                 await asyncio.sleep(self.per_token * event.tokens)
-            await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+            data = event.encode() if self.encoder is None else self.encoder.chunk(event.encode())
+            await send({"type": "http.response.body", "body": data, "more_body": True})
         if self.disconnect_after is not None:
             return  # fewer events than asked for: still never complete the body
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        tail = b"" if self.encoder is None else self.encoder.finish()
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
 class TruncatedResponse(Response):

@@ -22,11 +22,13 @@ from .bodies import (
     anthropic_usage,
     chat_finish_reason,
     chat_usage,
+    function_call_id,
     output_text_part,
-    response_item,
+    response_items,
     response_object,
     response_status,
 )
+from .completions import Completion
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +47,7 @@ class Event:
 
 
 def chat_events(turn: Turn, include_usage: bool) -> list[Event]:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": turn.response_id,
             "object": "chat.completion.chunk",
@@ -53,33 +55,33 @@ def chat_events(turn: Turn, include_usage: bool) -> list[Event]:
             "model": turn.model,
             "service_tier": "default",
             "system_fingerprint": "fp_emulator",
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
         if include_usage:
             out["usage"] = None
         return out
 
-    completion = turn.completion
-    first = "" if completion.tool_call is None else None
-    events = [Event(chunk({"role": "assistant", "content": first, "refusal": None}))]
-    tool = completion.tool_call
-    if tool is not None:
-        head = {
-            "index": 0,
-            "id": f"call_{tool.call_id}",
-            "type": "function",
-            "function": {"name": tool.name, "arguments": ""},
-        }
-        events.append(Event(chunk({"tool_calls": [head]}), tokens=1))
-        for piece in tool.pieces():
-            events.append(
-                Event(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}), tokens=1)
-            )
-    else:
-        events += [Event(chunk({"content": piece}), tokens=1) for piece in completion.pieces]
-    events.append(Event(chunk({}, chat_finish_reason(completion))))
+    events: list[Event] = []
+    # With ``n`` > 1 the choices follow one another, each chunk naming its choice's index.
+    for index, completion in enumerate(turn.all_choices):
+        first = None if completion.tool_calls else ""
+        events.append(Event(chunk(index, {"role": "assistant", "content": first, "refusal": None})))
+        for k, tool in enumerate(completion.tool_calls):
+            head = {
+                "index": k,
+                "id": f"call_{tool.call_id}",
+                "type": "function",
+                "function": {"name": tool.name, "arguments": ""},
+            }
+            events.append(Event(chunk(index, {"tool_calls": [head]}), tokens=1))
+            for piece in tool.pieces():
+                delta = {"tool_calls": [{"index": k, "function": {"arguments": piece}}]}
+                events.append(Event(chunk(index, delta), tokens=1))
+        if not completion.tool_calls:
+            events += [Event(chunk(index, {"content": piece}), tokens=1) for piece in completion.pieces]
+        events.append(Event(chunk(index, {}, chat_finish_reason(completion))))
     if include_usage:
-        final = chunk({})
+        final = chunk(0, {})
         final["choices"] = []
         final["usage"] = chat_usage(turn)
         events.append(Event(final))
@@ -99,27 +101,33 @@ def responses_events(turn: Turn) -> list[Event]:
     add("response.created", {"response": response_object(turn, final=False)})
     add("response.in_progress", {"response": response_object(turn, final=False)})
     status = response_status(turn)
-    item_id = turn.item_id
-    add(
-        "response.output_item.added",
-        {"output_index": 0, "item": response_item(turn, "in_progress", empty=True)},
-    )
-    tool = turn.completion.tool_call
-    if tool is not None:
-        for piece in tool.pieces():
-            delta = {"item_id": item_id, "output_index": 0, "delta": piece}
-            add("response.function_call_arguments.delta", delta, 1)
-        done = {"item_id": item_id, "output_index": 0, "name": tool.name, "arguments": tool.arguments}
-        add("response.function_call_arguments.done", done)
-    else:
-        where = {"item_id": item_id, "output_index": 0, "content_index": 0}
-        add("response.content_part.added", {**where, "part": output_text_part("")})
-        for piece in turn.completion.pieces:
-            add("response.output_text.delta", {**where, "delta": piece, "logprobs": []}, 1)
-        text = turn.completion.text
-        add("response.output_text.done", {**where, "text": text, "logprobs": []})
-        add("response.content_part.done", {**where, "part": output_text_part(text)})
-    add("response.output_item.done", {"output_index": 0, "item": response_item(turn, status)})
+    announced = response_items(turn, "in_progress", empty=True)
+    done_items = response_items(turn, status)
+    calls = turn.completion.tool_calls
+    for index, (item, done) in enumerate(zip(announced, done_items, strict=True)):
+        add("response.output_item.added", {"output_index": index, "item": item})
+        if calls:
+            tool = calls[index]
+            item_id = function_call_id(tool)
+            for piece in tool.pieces():
+                delta = {"item_id": item_id, "output_index": index, "delta": piece}
+                add("response.function_call_arguments.delta", delta, 1)
+            finished = {
+                "item_id": item_id,
+                "output_index": index,
+                "name": tool.name,
+                "arguments": tool.arguments,
+            }
+            add("response.function_call_arguments.done", finished)
+        else:
+            where = {"item_id": turn.item_id, "output_index": index, "content_index": 0}
+            add("response.content_part.added", {**where, "part": output_text_part("")})
+            for piece in turn.completion.pieces:
+                add("response.output_text.delta", {**where, "delta": piece, "logprobs": []}, 1)
+            text = turn.completion.text
+            add("response.output_text.done", {**where, "text": text, "logprobs": []})
+            add("response.content_part.done", {**where, "part": output_text_part(text)})
+        add("response.output_item.done", {"output_index": index, "item": done})
     add(f"response.{status}", {"response": response_object(turn, final=True)})
     return [
         Event({"type": kind, "sequence_number": n, **payload}, kind, tokens)
@@ -130,30 +138,44 @@ def responses_events(turn: Turn) -> list[Event]:
 # -- Anthropic Messages -----------------------------------------------------------------------------
 
 
+def _anthropic_blocks(completion: Completion) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(content_block_start block, its deltas) per block, in content order."""
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    if completion.thinking:
+        deltas = [{"type": "thinking_delta", "thinking": piece} for piece in completion.thinking]
+        deltas.append({"type": "signature_delta", "signature": completion.signature})
+        blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, deltas))
+    if completion.pieces:
+        text = [{"type": "text_delta", "text": piece} for piece in completion.pieces]
+        blocks.append(({"type": "text", "text": ""}, text))
+    for tool in completion.tool_calls:
+        block = {"type": "tool_use", "id": f"toolu_{tool.call_id}", "name": tool.name, "input": {}}
+        blocks.append((block, [{"type": "input_json_delta", "partial_json": p} for p in tool.pieces()]))
+    return blocks
+
+
 def anthropic_events(turn: Turn) -> list[Event]:
     events = [
         Event({"type": "message_start", "message": anthropic_message(turn, final=False)}, "message_start")
     ]
     completion = turn.completion
-    tool = completion.tool_call
-    block: dict[str, Any] | None = None
-    deltas: list[dict[str, Any]] = []
-    if tool is not None:
-        block = {"type": "tool_use", "id": f"toolu_{tool.call_id}", "name": tool.name, "input": {}}
-        deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in tool.pieces()]
-    elif completion.pieces:
-        block = {"type": "text", "text": ""}
-        deltas = [{"type": "text_delta", "text": piece} for piece in completion.pieces]
-    if block is not None:
+    for index, (block, deltas) in enumerate(_anthropic_blocks(completion)):
         events.append(
-            Event({"type": "content_block_start", "index": 0, "content_block": block}, "content_block_start")
+            Event(
+                {"type": "content_block_start", "index": index, "content_block": block}, "content_block_start"
+            )
         )
-        events.append(Event({"type": "ping"}, "ping"))
+        if index == 0:
+            events.append(Event({"type": "ping"}, "ping"))
         events += [
-            Event({"type": "content_block_delta", "index": 0, "delta": d}, "content_block_delta", 1)
+            Event(
+                {"type": "content_block_delta", "index": index, "delta": d},
+                "content_block_delta",
+                0 if d["type"] == "signature_delta" else 1,
+            )
             for d in deltas
         ]
-        events.append(Event({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+        events.append(Event({"type": "content_block_stop", "index": index}, "content_block_stop"))
     usage = anthropic_usage(turn)
     cumulative = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
     delta_usage = {k: usage[k] for k in cumulative}

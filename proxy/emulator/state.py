@@ -66,6 +66,8 @@ class EmulatorState:
     cache: ReferenceCache = field(default_factory=ReferenceCache)
     responses: ResponseStore = field(default_factory=ResponseStore)
     latency: LatencyModel | None = None
+    # Compress responses for clients that accept it (``encoding``).
+    compress: bool = True
     # Added to the app's clock: POST /_emulator/advance moves time forward without waiting.
     offset: float = 0.0
     counter: PromptCounter = field(init=False)

@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 import orjson
 
+from .decoding import Decoder, decoder
+
 UsageState = Literal["reported", "missing", "unparsed"]
 Provider = Literal["openai-chat", "openai-responses", "anthropic"]
 
@@ -188,8 +190,9 @@ class UsageTracker:
     """Reads usage from one response as its raw chunks pass through (``feed``), then ``finish``.
 
     Never raises from ``feed`` for any input, so the caller's relay loop cannot break on a parse
-    problem. gzip / deflate bodies are decompressed on a side copy (bounded by ``limit``); other
-    encodings (br, zstd) are not parsed and end as ``unparsed``.
+    problem. gzip / deflate, br and zstd bodies, streamed or not, are decompressed on a side copy
+    (bounded by ``limit``; ``decoding``); another coding, or one whose package is not installed,
+    ends as ``unparsed``.
     """
 
     def __init__(
@@ -207,11 +210,14 @@ class UsageTracker:
         self._failed: str | None = None if self._sse or self._json else f"content-type {media or 'none'}"
         encoding = (content_encoding or "identity").strip().lower()
         self._inflate: Any = None
+        self._other: Decoder | None = None
         if encoding in ("gzip", "x-gzip", "deflate"):
             # wbits 32+15 detects the gzip or zlib header; raw deflate is tried in _decode on failure.
             self._inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)
         elif encoding != "identity":
-            self._failed = self._failed or f"compressed ({encoding})"
+            self._other = decoder(encoding, limit)
+            if self._other is None:
+                self._failed = self._failed or f"compressed ({encoding})"
         self._inflated = 0
         self._body = bytearray()
         self._sse_parser = SseParser(limit)
@@ -241,6 +247,8 @@ class UsageTracker:
             self._failed = f"parser error: {type(exc).__name__}"
 
     def _decode(self, chunk: bytes) -> bytes:
+        if self._other is not None:
+            return self._other.feed(chunk)
         if self._inflate is None:
             return chunk
         try:

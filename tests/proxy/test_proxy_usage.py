@@ -6,7 +6,9 @@ import gzip
 import json
 from collections.abc import Iterable
 
+import brotli
 import pytest
+import zstandard
 from cachewarden.proxy.engine.usage import (
     SseParser,
     Usage,
@@ -134,11 +136,45 @@ def test_gzip_json_is_decoded_on_a_side_copy() -> None:
     assert tracker.finish().usage == Usage(2006, 1920, 0, 0, 86, 300)
 
 
-def test_brotli_is_unparsed() -> None:
-    tracker = UsageTracker("openai-chat", "application/json", "br")
-    tracker.feed(b"\x8b\x00\x80")
+def _compressed(coding: str, data: bytes) -> bytes:
+    if coding == "gzip":
+        return gzip.compress(data)
+    if coding == "br":
+        return bytes(brotli.compress(data))
+    return bytes(zstandard.ZstdCompressor().compress(data))
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
+@pytest.mark.parametrize("size", [1, 7, 4096])
+def test_compressed_json_is_decoded_on_a_side_copy(coding: str, size: int) -> None:
+    raw = _compressed(coding, json.dumps({"model": "gpt-4.1", "usage": CHAT_USAGE}).encode())
+    tracker = UsageTracker("openai-chat", "application/json", coding)
+    feed(tracker, raw, size)
     report = tracker.finish()
-    assert (report.state, report.detail) == ("unparsed", "compressed (br)")
+    assert (report.state, report.usage) == ("reported", Usage(2006, 1920, 0, 0, 86, 300))
+
+
+@pytest.mark.parametrize("coding", ["br", "zstd"])
+def test_compressed_streams_are_parsed_incrementally(coding: str) -> None:
+    raw = _compressed(coding, chat_stream(include_usage=True))
+    tracker = UsageTracker("openai-chat", "text/event-stream", coding)
+    feed(tracker, raw, 9)
+    assert tracker.finish().usage == Usage(2006, 1920, 0, 0, 86, 300)
+
+
+@pytest.mark.parametrize("coding", ["br", "zstd"])
+def test_a_compressed_bomb_stops_at_the_parse_limit(coding: str) -> None:
+    raw = _compressed(coding, b'{"usage": {"prompt_tokens": 1}, "pad": "' + b"a" * 200_000 + b'"}')
+    tracker = UsageTracker("openai-chat", "application/json", coding, limit=10_000)
+    feed(tracker, raw, 64)
+    assert tracker.finish().state == "unparsed"
+
+
+def test_an_unknown_coding_is_unparsed() -> None:
+    tracker = UsageTracker("openai-chat", "application/json", "compress")
+    tracker.feed(b"\x1f\x9d\x90")
+    report = tracker.finish()
+    assert (report.state, report.detail) == ("unparsed", "compressed (compress)")
 
 
 def test_error_body_has_no_usage() -> None:
