@@ -4,7 +4,12 @@ bare pass-through proxy the cachewarden proxy is compared with.
 ``python bench/_servers.py bare --port P --upstream URL`` serves the bare proxy: Starlette, one shared
 httpx.AsyncClient, the body read then sent with ``client.send(req, stream=True)`` and relayed raw. No
 analysis, no metrics: the least a Python ASGI proxy can do, run by uvicorn with the same settings as
-``cachewarden proxy`` (h11, no access log, no Server/Date headers).
+``cachewarden proxy`` (no access log, no Server/Date headers). ``--server`` picks the serving stack
+(uvicorn with h11, uvicorn with httptools + uvloop, granian) and ``--transport`` httpx's transport
+(its own, or aiohttp's through ``httpx-aiohttp``), for bench/bench_stack.py.
+
+``nginx_server`` runs Debian's nginx answering every POST with one canned body: the near-free
+upstream that shows what a hop costs and nothing else.
 """
 
 from __future__ import annotations
@@ -83,6 +88,21 @@ class Server:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def group_cpu_seconds(self) -> float:
+        """User + system CPU time of every live process in the server's process group (workers too)."""
+        total = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # the process ended meanwhile
+                continue
+            if int(fields[2]) == self.proc.pid:  # field 5 of stat: the process group id
+                total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
     def wait_ready(self, path: str = "/healthz", timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -121,13 +141,24 @@ def python_server(name: str, args: Sequence[str], port: int) -> Server:
 # -- the bare pass-through proxy -------------------------------------------------------------------
 
 
-def create_bare_app(upstream: str) -> Starlette:
+def _transport(name: str, limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
+    if name == "httpx":
+        return None
+    from httpx_aiohttp import AiohttpTransport
+
+    return AiohttpTransport(limits=limits)
+
+
+def create_bare_app(upstream: str, transport: str = "httpx") -> Starlette:
     state: dict[str, httpx.AsyncClient] = {}
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=60)
-        async with httpx.AsyncClient(base_url=upstream, timeout=600.0, limits=limits) as client:
+        chosen = _transport(transport, limits)
+        async with httpx.AsyncClient(
+            base_url=upstream, timeout=600.0, limits=limits, transport=chosen
+        ) as client:
             state["client"] = client
             yield
 
@@ -161,19 +192,41 @@ def create_bare_app(upstream: str) -> Starlette:
     )
 
 
+SERVERS = ("uvicorn-h11", "uvicorn-httptools", "granian")
+TRANSPORTS = ("httpx", "aiohttp")
+
+
+def granian_app() -> Starlette:
+    """Factory for granian, which imports the app by name: the settings come from the environment."""
+    return create_bare_app(os.environ["BENCH_UPSTREAM"], os.environ.get("BENCH_TRANSPORT", "httpx"))
+
+
 def _main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="_servers.py")
     parser.add_argument("kind", choices=["bare"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
+    parser.add_argument("--server", choices=SERVERS, default="uvicorn-h11")
+    parser.add_argument("--transport", choices=TRANSPORTS, default="httpx")
     args = parser.parse_args(list(argv))
+    if args.server == "granian":
+        from granian import Granian
+
+        os.environ["BENCH_UPSTREAM"], os.environ["BENCH_TRANSPORT"] = args.upstream, args.transport
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        Granian(
+            "_servers:granian_app", address=HOST, port=args.port, interface="asgi", factory=True,
+            log_level="warning", http="1",
+        ).serve()  # fmt: skip
+        return 0
     import uvicorn
 
     uvicorn.run(
-        create_bare_app(args.upstream),
+        create_bare_app(args.upstream, args.transport),
         host=HOST,
         port=args.port,
-        http="h11",
+        http="h11" if args.server == "uvicorn-h11" else "httptools",
+        loop="asyncio" if args.server == "uvicorn-h11" else "uvloop",
         lifespan="on",
         log_level="warning",
         server_header=False,
@@ -181,6 +234,36 @@ def _main(argv: Sequence[str]) -> int:
         access_log=False,
     )
     return 0
+
+
+# A chat completion as an upstream returns it; nginx sends it for every POST, whatever the body.
+CANNED_COMPLETION = (
+    '{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"gpt-4o",'
+    '"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],'
+    '"usage":{"prompt_tokens":10000,"completion_tokens":1,"total_tokens":10001,'
+    '"prompt_tokens_details":{"cached_tokens":9728}}}'
+)
+
+
+def nginx_server(port: int, directory: str) -> Server:
+    """nginx on ``port`` answering /healthz and every other path with the canned completion."""
+    conf = os.path.join(directory, "nginx.conf")
+    with open(conf, "w", encoding="ascii") as f:
+        f.write(
+            f"""daemon off; worker_processes 1; pid {directory}/nginx.pid; error_log {directory}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off; client_body_temp_path {directory}; client_max_body_size 64m;
+  keepalive_requests 1000000; keepalive_timeout 120s;
+  server {{
+    listen {HOST}:{port};
+    location = /healthz {{ default_type application/json; return 200 '{{"status":"ok"}}'; }}
+    location / {{ default_type application/json; return 200 '{CANNED_COMPLETION}'; }}
+  }}
+}}
+"""
+        )
+    return Server("nginx", ["nginx", "-c", conf, "-p", directory], port)
 
 
 if __name__ == "__main__":
