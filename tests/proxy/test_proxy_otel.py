@@ -31,6 +31,7 @@ from cachewarden.proxy.server.metrics import Metrics
 from cachewarden.proxy.server.otel import ExportHealth
 from cachewarden.proxy.server.otel_config import read_otel_config
 from cachewarden.proxy.testing import free_port, metric_sum, serving
+from openai.types.chat import ChatCompletionChunk
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
@@ -176,15 +177,17 @@ def workload(url: str) -> list[Sent]:
             )
             text, usage = reply.choices[0].message.content or "", reply.usage
         else:
-            chunks = list(
-                client.chat.completions.create(
-                    model="gpt-4.1",
-                    messages=messages,
-                    stream=True,
-                    stream_options={"include_usage": True},
-                    extra_headers=headers,
-                )
-            )
+            # Read to the end of the body: the SDK's own iterator closes the connection at [DONE],
+            # before the last (empty) chunk, and the proxy may then see a client that left early.
+            with client.chat.completions.with_streaming_response.create(
+                model="gpt-4.1",
+                messages=messages,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_headers=headers,
+            ) as response:
+                lines = [line.removeprefix("data: ") for line in response.iter_lines()]
+            chunks = [ChatCompletionChunk.model_validate_json(d) for d in lines if d and d != "[DONE]"]
             text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
             usage = chunks[-1].usage
         assert usage is not None and usage.prompt_tokens_details is not None
@@ -331,9 +334,10 @@ def test_one_span_per_request_with_the_reported_usage(
         assert subset == expected_span(s, cache_write_name), s
         assert other_name not in a
         assert a["gen_ai.response.model"].startswith(a["gen_ai.request.model"])
+        assert a["server.address"] == "127.0.0.1" and a["server.port"] > 0
         assert span.name == f"chat {a['gen_ai.request.model']}"
         assert span.kind == Span.SPAN_KIND_CLIENT
-        assert span.status.code != span.status.STATUS_CODE_ERROR
+        assert span.status.code != span.status.STATUS_CODE_ERROR, (s, a.get("error.type"))
         assert span.end_time_unix_nano >= span.start_time_unix_nano > 0
     assert any(s.cached > 0 for s in r.sent) and any(s.cache_write > 0 for s in r.sent)
 
