@@ -114,7 +114,9 @@ def otel_analyzers(settings: Settings, metrics: Metrics, env: Mapping[str, str])
     telemetry = open_telemetry(read_otel_config(env), metrics)
     if telemetry.meter is not None:
         mirror_metrics(metrics, telemetry.meter)
-    return [OtelAnalyzer(telemetry, metrics)]
+    upstreams = {"openai": settings.openai_upstream, "anthropic": settings.anthropic_upstream}
+    upstreams.update((name, u.url) for name, u in settings.upstreams.items())
+    return [OtelAnalyzer(telemetry, metrics, upstreams)]
 
 
 def check_shared_index(settings: Settings) -> None:

@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from cachewarden.proxy.engine.engine import Analysis
 from cachewarden.proxy.explain.attribution import Reason
@@ -60,10 +61,20 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
+def _server(url: str) -> dict[str, AttributeValue]:
+    """``server.address`` / ``server.port`` of an upstream URL (host and port only, never user info)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return {"server.address": parts.hostname or "", "server.port": port}
+
+
 class OtelAnalyzer:
     """Spans and GenAI metrics for each analysed request (see the module docstring)."""
 
-    def __init__(self, telemetry: Telemetry, metrics: Metrics) -> None:
+    def __init__(
+        self, telemetry: Telemetry, metrics: Metrics, upstreams: Mapping[str, str] | None = None
+    ) -> None:
+        """``upstreams``: upstream name → base URL, for ``server.address`` / ``server.port``."""
         from opentelemetry.trace import SpanKind, Status, StatusCode
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -71,6 +82,7 @@ class OtelAnalyzer:
         self.metrics = metrics
         self.latest = telemetry.config.latest_genai
         self.cache_write_attribute = GENAI_NAMES[self.latest]["cache_write"]
+        self._servers = {name: _server(url) for name, url in (upstreams or {}).items()}
         self._propagator = TraceContextTextMapPropagator()
         self._kind, self._error = SpanKind.CLIENT, Status(StatusCode.ERROR)
         meter = telemetry.meter
@@ -130,6 +142,7 @@ class OtelAnalyzer:
             "gen_ai.operation.name": OPERATION,
             # "openai", "anthropic" (the conventions' values) or a configured upstream's name.
             "gen_ai.provider.name": flow.upstream,
+            **self._servers.get(flow.upstream, {}),
         }
         if (model := safe_model(flow.model)) is not None:
             attributes["gen_ai.request.model"] = model
