@@ -220,7 +220,7 @@ class PromptCounter:
             self.memo.put((tok.name, "join", key), hit)
         return hit[0]
 
-    def _tools_host(self, tok: Tokenizer, segs: Sequence[Segment]) -> int:
+    def _tools_host(self, tok: Tokenizer, framing: Framing, segs: Sequence[Segment]) -> int:
         """Framing of the OpenAI tools section: the blank line that joins it to the first system /
         developer message, or the header and end of a system message of its own.
 
@@ -241,6 +241,8 @@ class PromptCounter:
             return len(self._content_raw(tok, key, tail + "\n\n")) - len(
                 self._content_raw(tok, "t" + key, tail)
             )
+        if framing.tools_alone is not None:
+            return framing.tools_alone
         return 3 + len(self._role(tok, "system"))
 
     def tokenize(self, prompt: Prompt) -> TokenizedPrompt:
@@ -264,7 +266,8 @@ class PromptCounter:
             closes = group is None or i == len(segs) - 1 or segs[i + 1].message_index != group
             if seg.kind == "tool":
                 if i == first_tool:
-                    lead = tools_once + (self._tools_host(tok, segs) if framing.tools_in_system else 0)
+                    host = self._tools_host(tok, framing, segs) if framing.tools_in_system else 0
+                    lead = tools_once + host
                     tokens.extend([PAD] * max(0, lead))
                     if framing.typescript_tools:
                         tokens.extend(self._content_raw(tok, "tools-head", TOOLS_HEAD))
@@ -320,6 +323,10 @@ class PromptCounter:
         # Reply priming belongs to no segment: it follows the last span, so a breakpoint on the last
         # block of this request ends where the same block ends inside a longer, later request.
         tokens.extend(_reply(framing.reply))
+        if prompt.forced_function is not None and framing.forced_call is not None:
+            name = prompt.forced_function
+            tokens.extend(self._content_raw(tok, f"call-to\x00{name}", f" to=functions.{name}"))
+            tokens.extend([PAD] * framing.forced_call)
         hidden = self._request_extras(tok, framing, prompt)
         return TokenizedPrompt(
             # A tuple: the prefix index shares its work on an immutable stream between calls.

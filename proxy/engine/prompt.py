@@ -94,6 +94,9 @@ class Prompt:
     previous_response_id: str | None = None
     prompt_cache_key: str | None = None
     stream: bool = False
+    # OpenAI: the function a ``tool_choice`` forces. The reply is then primed with a call to it, after
+    # the prompt (so it counts, but it neither scopes nor breaks the cache, unlike ``params``).
+    forced_function: str | None = None
     fingerprint: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

@@ -94,6 +94,19 @@ def schema_segment(spec: Obj | None, path: str) -> Segment | None:
     return Segment(path=path, kind="schema", text=compact(spec), name=opt_str(holder, "name", path))
 
 
+def forced_function(body: Obj) -> str | None:
+    """The function ``tool_choice`` forces (Chat nests the name under "function", Responses not);
+    legacy ``function_call: {"name": ...}`` too. ``allowed_tools`` and "required" force no one name."""
+    for key in ("tool_choice", "function_call"):
+        choice = body.get(key)
+        if isinstance(choice, Mapping) and choice.get("type", "function") == "function":
+            inner = choice.get("function")
+            name = inner.get("name") if isinstance(inner, Mapping) else choice.get("name")
+            if isinstance(name, str):
+                return name
+    return None
+
+
 def openai_params(body: Obj, effort: str | None) -> tuple[tuple[str, str], ...]:
     """Cache-affecting parameters (reasoning effort changes the rendered prompt; retention the cache)."""
     params: dict[str, str] = {}
@@ -252,4 +265,5 @@ def parse_chat(body: Obj, model: str | None = None) -> Prompt:
         params=openai_params(body, opt_str(body, "reasoning_effort", "")),
         prompt_cache_key=opt_str(body, "prompt_cache_key", ""),
         stream=bool(opt_bool(body, "stream", "")),
+        forced_function=forced_function(body),
     )

@@ -23,6 +23,7 @@ from ._body import (
     strip_meta,
 )
 from .openai_chat import (
+    forced_function,
     image_tokens,
     openai_params,
     schema_segment,
@@ -165,4 +166,5 @@ def parse_responses(body: Obj, model: str | None = None) -> Prompt:
         previous_response_id=opt_str(body, "previous_response_id", ""),
         prompt_cache_key=opt_str(body, "prompt_cache_key", ""),
         stream=bool(opt_bool(body, "stream", "")),
+        forced_function=forced_function(body),
     )
