@@ -39,6 +39,27 @@ CASES = {
     + "llms/TestAzureToolCallStreaming.test_azure_streaming_emits_tool_call_events.yaml#0",
     "several-tools": CREWAI
     + "agents/TestOpenAINativeToolCalling.test_openai_parallel_native_tool_calling_test_agent_kickoff.yaml#0",
+    # a tool_choice forcing one function primes the reply with the call
+    "forced-function": MIRASCOPE
+    + "input/cassettes/test_structured_output_resume/tool/openai_gpt_4o_completions.yaml#0",
+    "forced-function-no-system": CREWAI + "test_crew_train_success.yaml#8",
+    # a multi-line (docstring) description: one comment line per non-blank line
+    "multi-line-description": MIRASCOPE
+    + "input/cassettes/test_call_with_strict_tool_and_optional_properties/openai_gpt_4o_completions.yaml#0",
+    "multi-line-description-system": CREWAI + "agents/test_agent_custom_max_iterations.yaml#0",
+    # Responses: the section without a message of its own, function_call items, allowed_tools
+    "responses-tools": "responses:"
+    + MIRASCOPE
+    + "input/cassettes/test_call_with_tool_error/openai_gpt_4o_responses.yaml#0",
+    "responses-call-and-output": "responses:"
+    + MIRASCOPE
+    + "output/cassettes/test_structured_output_with_tools/openai_gpt_4o_responses/stream.yaml#5",
+    "responses-forced": "responses:"
+    + MIRASCOPE
+    + "input/cassettes/test_structured_output_resume/tool/openai_gpt_4o_responses.yaml#0",
+    "responses-allowed-tools": "responses:"
+    + MIRASCOPE
+    + "output/cassettes/test_structured_output_with_tools/tool/openai_gpt_4o_responses/async.yaml#3",
     # gpt-5 (harmony): the tools section brings the channel instructions with it
     "gpt-5-tools": CREWAI
     + "agents/TestAzureNativeToolCalling.test_azure_agent_with_native_tool_calling.yaml#0",
@@ -47,7 +68,7 @@ CASES = {
 
 @cache
 def recorded() -> dict[str, dict[str, Any]]:
-    wanted = set(CASES.values())
+    wanted = {v.removeprefix("responses:") for v in CASES.values()}
     out: dict[str, dict[str, Any]] = {}
     with DATA.open(encoding="utf-8") as fh:
         for line in fh:
@@ -61,9 +82,16 @@ def recorded() -> dict[str, dict[str, Any]]:
 @pytest.mark.skipif(not DATA.exists(), reason="recorded provider data not present")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_recorded_count_is_exact(case: str) -> None:
-    rec = recorded()[CASES[case]]
-    prompt = parse_request(rec["request"], provider="openai-chat", model=rec.get("response_model"))
+    source = CASES[case]
+    provider = "openai-responses" if source.startswith("responses:") else "openai-chat"
+    rec = recorded()[source.removeprefix("responses:")]
+    prompt = parse_request(rec["request"], provider=provider, model=rec.get("response_model"))
     assert PromptCounter(load_model_table()).tokenize(prompt).count == rec["total_input_tokens"]
+
+
+def test_multi_line_description_drops_blank_lines_and_strips() -> None:
+    fn = {"name": "f", "description": "Search.\n\nArgs:\n    q: the query"}
+    assert render_function(fn) == "// Search.\n// Args:\n// q: the query\ntype f = () => any;"
 
 
 def test_function_rendering_titles_descriptions_defaults_nesting() -> None:
