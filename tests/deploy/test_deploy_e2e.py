@@ -483,17 +483,18 @@ def check_fresh(prom: Prom) -> None:
     assert {r["metric"]["stage"] for r in stages} == {"request", "response", "rewrite"}, stages
 
 
-def check_prometheus(prom: Prom, workload: Workload, services: Services) -> None:
+def check_prometheus(prom: Prom, workload: Workload, services: Services | None, settle: float = 3) -> None:
+    """``settle``: seconds for a few more scrapes after the last change, and a rule evaluation."""
+
     def scraped_all() -> bool:
         result = prom.query("sum(cachewarden_requests_total)")
         return bool(result) and float(result[0]["value"][1]) >= workload.requests
 
-    assert prom.wait_for(scraped_all), (
+    assert prom.wait_for(scraped_all, timeout=max(30, 2 * settle)), (
         f"Prometheus never saw {workload.requests} requests: {prom.query('cachewarden_requests_total')}\n"
-        + services.logs_tail()
+        + (services.logs_tail() if services else "")
     )
-    # a few more scrapes after the last change, and a rule evaluation on them
-    time.sleep(3)
+    time.sleep(settle)
 
     # the target is healthy and the variables' label_values find both providers and models
     (target,) = prom.api("/api/v1/targets")["activeTargets"]
