@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from cachewarden.proxy.cli.proxy import check_shared_index
+from cachewarden.proxy.engine.errors import ConfigError
 from cachewarden.proxy.server.config import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -324,7 +326,9 @@ def test_compose() -> None:
     assert (DEPLOY / proxy["build"]["context"] / proxy["build"]["dockerfile"]).resolve() == (
         DEPLOY / "Dockerfile"
     )
-    assert any(str(port).endswith("8787:8787") for port in proxy["ports"])
+    # The host port is PROXY_PORT (default 8787), on loopback only.
+    assert "127.0.0.1:${PROXY_PORT:-8787}:8787" in proxy["ports"]
+    assert all(str(p).startswith("127.0.0.1:") for s in services.values() for p in s.get("ports", []))
     assert proxy["environment"]["CACHEWARDEN_OPENAI_UPSTREAM"]
     assert proxy["environment"]["CACHEWARDEN_ANTHROPIC_UPSTREAM"]
     prometheus = services["prometheus"]
@@ -578,3 +582,53 @@ def test_precommit_example_validates(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# -- the shared index: salt and secret from one Secret ---------------------------------------------
+
+
+def _refused(argv: list[str], env: dict[str, str]) -> str | None:
+    """The one-line refusal of `cachewarden proxy` for this configuration, or None if it starts."""
+    try:
+        check_shared_index(load_settings(argv, env=env))
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def test_compose_replicas_share_salt_and_secret_from_one_secret(tmp_path: Path) -> None:
+    data = load_yaml(DEPLOY / "docker-compose.replicas.yml")
+    services = data["services"]
+    proxies = {name: s for name, s in services.items() if name.startswith("proxy")}
+    assert len(proxies) >= 2
+    secret_file = tmp_path / "cachewarden-secrets.yaml"
+    # What the file's comment tells the user to write.
+    secret_file.write_text("key_salt: 0123abcd\nindex_secret: 4567ef01\n", encoding="utf-8")
+    for name, service in proxies.items():
+        env = dict(service["environment"])
+        assert env["CACHEWARDEN_INDEX"].startswith("redis://"), name
+        assert service["secrets"] == ["cachewarden"] and "cachewarden" in data["secrets"]
+        assert env["CACHEWARDEN_CONFIG"] == "/run/secrets/cachewarden"
+        assert not {"CACHEWARDEN_KEY_SALT", "CACHEWARDEN_INDEX_SECRET"} & set(env)
+        assert _refused(service["command"], {**env, "CACHEWARDEN_CONFIG": str(secret_file)}) is None
+        # As the issue found it: the index alone, each replica with its own random salt.
+        assert "--key-salt" in (
+            _refused(service["command"], {"CACHEWARDEN_INDEX": env["CACHEWARDEN_INDEX"]}) or ""
+        )
+    assert data["secrets"]["cachewarden"]["file"].endswith("cachewarden-secrets.yaml}")
+
+
+def test_kubernetes_salt_and_secret_come_from_a_secret(tmp_path: Path) -> None:
+    env = {e["name"]: e for e in proxy_container()["env"]}
+    refs = {}
+    for name, key in (("CACHEWARDEN_KEY_SALT", "key-salt"), ("CACHEWARDEN_INDEX_SECRET", "index-secret")):
+        ref = env[name]["valueFrom"]["secretKeyRef"]
+        assert ref["key"] == key and not ref.get("optional", False), name
+        refs[name] = "from-the-secret"
+    # The ConfigMap with its shared index switched on, and the Secret's values: the proxy starts.
+    text = manifests()["ConfigMap"]["data"]["cachewarden.yaml"].replace("# index:", "index:")
+    assert "index: redis://" in text
+    config = tmp_path / "cachewarden.yaml"
+    config.write_text(text, encoding="utf-8")
+    assert _refused(["--config", str(config)], refs) is None
+    assert "--index-secret" in (_refused(["--config", str(config)], {"CACHEWARDEN_KEY_SALT": "s"}) or "")
