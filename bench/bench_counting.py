@@ -10,7 +10,7 @@ suspect count (README of the data). The data are third-party: read in place, nev
 
     .venv/bin/python bench/bench_counting.py [PATH/interactions.jsonl] [--detail]
 
-``--detail`` adds the Anthropic rows per model family and the largest held-out errors.
+``--detail`` adds rows per model for tools, Responses and Anthropic, and the largest held-out errors.
 """
 
 from __future__ import annotations
@@ -126,8 +126,9 @@ def main(argv: list[str]) -> int:
         out = held_out(rec)
         for row in rows:
             table[(row, out)].append((counted, reported))
-        if rec["provider"] == "anthropic" and detail:
-            table[(f"  {prompt.model.split('-20')[0]}", out)].append((counted, reported))
+        if detail and rows[0] in ("OpenAI chat with tools", "OpenAI Responses", "Anthropic (estimated)"):
+            family = prompt.model.split("-20")[0]
+            table[(f"  {rows[0].split(' (')[0][:18]}: {family}", out)].append((counted, reported))
         if out and counted != reported:
             worst.append((abs(counted - reported) / reported, rec["source"], counted, reported))
     print(f"recorded data: {path} (held out: {HELD_OUT_SOURCE.rstrip(':')}; {skipped} records skipped)")

@@ -11,6 +11,12 @@ Two figures, both on third-party data read from ../shared/data (skipped with a n
   read; each sequence replays in a tenant of its own and the predicted cached tokens are compared
   with those the provider reported. Caveats (README there): a cassette's first request may read a
   cache warmed by an earlier test, and OpenAI caching is best effort.
+- agreement per test suite: the same records grouped by suite (the cassette's directory: one test
+  module or one test's provider variants) and replayed in recording order in one tenant per suite,
+  as a proxy in front of that suite would have seen them (a cache warmed by an earlier test of the
+  suite is then visible). Printed: the share of requests where predicted and reported cached tokens
+  agree on hit / miss, and where they are equal, on the training projects and on the held-out one
+  (pydantic-ai, as in bench_counting.py).
 """
 
 from __future__ import annotations
@@ -146,12 +152,60 @@ def accuracy() -> None:
     print(f"  hit rate: reported {reported:.1%}, predicted {predicted:.1%} on the same requests")
 
 
+def _suite(sequence_id: str) -> str:
+    repo, _, path = sequence_id.partition(":")
+    return f"{repo}:{path.rsplit('/', 1)[0]}"
+
+
+def agreement() -> None:
+    """Hit / miss and exact agreement of cached tokens, per suite replay (see the module doc)."""
+    if not RECORDED.is_file():
+        return
+    suites: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    with RECORDED.open(encoding="utf-8") as f:
+        for text in f:
+            record = json.loads(text)
+            suites[_suite(record["sequence_id"])].append(record)
+    engine = Engine()
+    # (held out, self-contained) -> [requests, hit/miss agree, exact, with a read, exact among them]
+    tally: dict[tuple[bool, bool], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    for suite, records in suites.items():
+        if not any((r.get("cache_read_tokens") or 0) > 0 for r in records):
+            continue
+        records.sort(key=lambda r: (r.get("recorded_at") or "", r["sequence_id"], r["seq_index"]))
+        for row in replay(
+            (_line(r) for r in records), engine=engine, tenant=suite, on_problem=lambda _: None
+        ):
+            if row.reported is None:
+                continue
+            rec = records[row.index]
+            key = (rec["source"].startswith("pydantic/pydantic-ai:"), bool(rec.get("self_contained")))
+            t = tally[key]
+            t[0] += 1
+            t[1] += (row.predicted.cached > 0) == (row.reported.cached > 0)
+            t[2] += row.predicted.cached == row.reported.cached
+            if row.predicted.cached > 0 or row.reported.cached > 0:
+                t[3] += 1
+                t[4] += row.predicted.cached == row.reported.cached
+    print("agreement per test-suite replay (cached tokens, predicted vs reported):")
+    for held in (False, True):
+        for clean in (True, False):
+            n, agree, exact, reads, exact_reads = tally[(held, clean)]
+            if n:
+                name = ("held-out" if held else "training") + (", self-contained" if clean else ", other")
+                print(
+                    f"  {name:<28} {n:>4} requests  hit/miss agree {agree / n:6.1%}  exact {exact / n:6.1%}"
+                    f"  | {reads:>4} with a read on either side: exact {exact_reads / max(reads, 1):6.1%}"
+                )
+
+
 def main() -> int:
     if not DATA.is_dir():
         print(f"skipped: {DATA} not present (third-party data, never copied into the repository)")
         return 0
     throughput()
     accuracy()
+    agreement()
     return 0
 
 
