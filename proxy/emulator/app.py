@@ -35,6 +35,7 @@ from starlette.routing import Route
 from .bodies import Turn, anthropic_message, chat_completion, new_id, response_items, response_object
 from .cache import CacheRequestError
 from .completions import Completion, complete
+from .diagnostics import requested as diagnostics_requested
 from .encoding import choose, compress
 from .errors import Family, error_response, request_id_header
 from .faults import HEADER as FAULT_HEADER
@@ -178,6 +179,11 @@ async def _generate(request: Request, provider: Provider) -> Response:
         prompt = parse_request(full, provider)
         info = state.table.lookup(prompt.model, provider)
         tokenized = state.counter.tokenize(prompt)
+        diagnosis = (
+            (state.diagnoses.diagnose(key, body, prompt, tokenized),)
+            if provider == "anthropic" and diagnostics_requested(body)
+            else ()
+        )
         usage = state.cache.process(key, prompt, tokenized, info.cache, _now(request))
     except (RequestError, CacheRequestError) as exc:
         return error_response(family, 400, str(exc), param=getattr(exc, "path", None))
@@ -197,7 +203,10 @@ async def _generate(request: Request, provider: Provider) -> Response:
         body=body,
         item_id=item_id,
         choices=_choices(provider, full, _seed(prompt), completion),
+        diagnostics=diagnosis,
     )
+    if provider == "anthropic":
+        state.diagnoses.remember(response_id, key, prompt)
     final = _final_body(turn)
     if provider == "openai-responses" and body.get("store", True) is not False:
         stored = StoredResponse(key, _user_items(full.get("input")), response_items(turn), final)

@@ -44,6 +44,8 @@ class Turn:
     item_id: str = ""  # the Responses message item (function calls carry ids of their own)
     # Chat Completions ``n``: every choice, the first being ``completion``; empty means just it.
     choices: tuple[Completion, ...] = ()
+    # Anthropic cache diagnostics: empty when not requested, else the one value to report (None: null).
+    diagnostics: tuple[Any, ...] = ()
 
     @property
     def call_id(self) -> str:
@@ -271,4 +273,6 @@ def anthropic_message(turn: Turn, *, final: bool = True) -> JSON:
         "stop_reason": anthropic_stop_reason(turn.completion) if final else None,
         "stop_sequence": None,
         "usage": anthropic_usage(turn, None if final else min(1, turn.completion.output_tokens)),
+        # Diagnostics ride on the message (so also on message_start when streamed), when asked for.
+        **({"diagnostics": turn.diagnostics[0]} if turn.diagnostics else {}),
     }

@@ -13,6 +13,7 @@ from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.models import ModelTable, load_model_table
 
 from .cache import ReferenceCache
+from .diagnostics import DiagnosisStore
 from .latency import LatencyModel
 
 Clock = Callable[[], float]
@@ -65,6 +66,8 @@ class EmulatorState:
     table: ModelTable = field(default_factory=load_model_table)
     cache: ReferenceCache = field(default_factory=ReferenceCache)
     responses: ResponseStore = field(default_factory=ResponseStore)
+    # Anthropic cache diagnostics: the request shape behind each message id (``diagnostics``).
+    diagnoses: DiagnosisStore = field(default_factory=DiagnosisStore)
     latency: LatencyModel | None = None
     # Compress responses for clients that accept it (``encoding``).
     compress: bool = True
@@ -78,6 +81,7 @@ class EmulatorState:
     def reset(self) -> None:
         self.cache.reset()
         self.responses.clear()
+        self.diagnoses.clear()
         self.offset = 0.0
 
 
