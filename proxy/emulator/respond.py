@@ -59,11 +59,14 @@ class EventStreamResponse(Response):
             if event.tokens and self.per_token > 0:
                 await asyncio.sleep(self.per_token * event.tokens)
             data = event.encode() if self.encoder is None else self.encoder.chunk(event.encode())
+            if self.encoder is not None and n == len(self.events) - 1 and self.disconnect_after is None:
+                # The end of the compressed stream goes with the last event: a client that stops
+                # reading at the terminal event ([DONE], message_stop) has then read every byte.
+                data += self.encoder.finish()
             await send({"type": "http.response.body", "body": data, "more_body": True})
         if self.disconnect_after is not None:
             return  # fewer events than asked for: still never complete the body
-        tail = b"" if self.encoder is None else self.encoder.finish()
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class TruncatedResponse(Response):

@@ -10,7 +10,8 @@ Where each API puts the schema:
 
 In JSON mode the libraries that want a shape (instructor's JSON modes) describe it in a message as
 a JSON schema, so the emulator looks for the largest JSON object with ``properties`` in the
-prompt's text and answers a value of that; with none it answers ``{}``.
+prompt's text and answers a value of that; with none it answers ``{}``. Without any output format,
+a prompt that says "JSON" and holds a schema gets a value of it too (as a model would comply).
 
 ``example_value`` builds a small value that validates against a schema (Draft 2020-12 / OpenAPI
 subset the SDKs emit: ``$ref`` / ``$defs``, ``allOf`` / ``anyOf`` / ``oneOf``, enums, consts,
@@ -106,11 +107,20 @@ def schema_in_prompt(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return best
 
 
+def prompted_schema(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A schema the prompt itself asks the answer to follow: a text that says "JSON" and holds a
+    JSON schema (instructor's JSON modes on Anthropic, pydantic-ai's prompted output)."""
+    sources = [body.get(k) for k in ("system", "instructions", "messages", "input")]
+    if not any("json" in text.lower() and '"properties"' in text for text in _texts(sources)):
+        return None
+    return schema_in_prompt(body)
+
+
 def answer_schema(provider: Provider, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The schema the answer must follow, or None for a prose answer."""
     found = requested_format(provider, body)
     if found is None:
-        return None
+        return prompted_schema(body)
     kind, schema = found
     if kind == "json_schema":
         return schema or {}

@@ -295,3 +295,22 @@ def test_sdks_read_compressed_answers(emulator: Emulator) -> None:
     )
     assert raw.headers["content-encoding"] in ("br", "zstd")
     assert isinstance(raw.parse(), anthropic.types.Message)
+
+
+def test_a_prompt_that_asks_for_json_of_a_schema_gets_it(emulator: Emulator) -> None:
+    # No output format: the schema and the word JSON are in the system prompt (instructor's
+    # ANTHROPIC_JSON mode, pydantic-ai's prompted output). Without the word, prose comes back.
+    client = emulator.anthropic()
+    system = f"Reply in JSON that matches this schema:\n{json.dumps(SCHEMA)}"
+    reply = client.messages.create(
+        model=CLAUDE, max_tokens=300, system=system, messages=[{"role": "user", "content": "Who?"}]
+    )
+    jsonschema.validate(json.loads(reply.content[0].text), SCHEMA)  # type: ignore[union-attr]
+    prose = client.messages.create(
+        model=CLAUDE,
+        max_tokens=300,
+        system=json.dumps(SCHEMA),
+        messages=[{"role": "user", "content": "Who?"}],
+    )
+    with pytest.raises(ValueError):
+        json.loads(prose.content[0].text)  # type: ignore[union-attr]
