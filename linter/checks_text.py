@@ -11,13 +11,16 @@ _TRAILING = re.compile(r"[ \t]+(?=\r?$)", re.M)
 _INDENT = re.compile(r"^([ \t]+)\S", re.M)
 
 
-def check_text(text: str) -> Iterator[Hit]:
+def check_text(text: str, markdown: bool = False) -> Iterator[Hit]:
+    """``markdown``: two trailing spaces are a hard line break there, written on purpose."""
     first_crlf = text.find("\r\n")
     if first_crlf >= 0:
         edits = tuple(Edit(m.start(), m.end(), "\n") for m in re.finditer(r"\r\n", text))
         # One finding per file: the fix converts every line, and a line-per-finding report is noise.
         yield Hit("CW205", first_crlf, first_crlf + 2, {"count": len(edits)}, edits)
     for m in _TRAILING.finditer(text):
+        if markdown and m.group() == "  ":
+            continue
         yield Hit("CW206", m.start(), m.end(), {}, (Edit(m.start(), m.end(), ""),))
     tabs: list[re.Match[str]] = []
     spaces: list[re.Match[str]] = []

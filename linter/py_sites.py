@@ -30,6 +30,61 @@ _APIS = {
 _LITELLM = frozenset({"completion", "acompletion"})
 _SYSTEM_WORDS = frozenset({"system", "developer", "instructions", "preamble"})
 _PROMPT_WORDS = frozenset({"prompt", "instructions", "preamble"})
+# A name ending in one of these holds something about a prompt, not its text.
+_NOT_TEXT = frozenset(
+    {
+        "role",
+        "roles",
+        "count",
+        "tokens",
+        "token",
+        "len",
+        "length",
+        "id",
+        "ids",
+        "key",
+        "keys",
+        "enabled",
+        "flag",
+        "path",
+        "paths",
+        "file",
+        "files",
+        "dir",
+        "type",
+        "kind",
+        "index",
+        "idx",
+        "hash",
+        "version",
+        "mode",
+        "name",
+        "names",
+        "parts",
+        "part",
+        "cache",
+        "size",
+        "limit",
+        "max",
+        "min",
+        "fn",
+        "func",
+        "function",
+        "functions",
+        "cls",
+        "class",
+        "factory",
+        "builder",
+        "loader",
+        "registry",
+        "tool",
+        "tools",
+    }
+)
+
+_PROMPT_VERB = frozenset(
+    {"for", "user", "yes", "confirm", "input", "choice", "select", "continue", "password"}
+)
 _LANGCHAIN_TEMPLATES = frozenset({"from_messages", "from_template", "PromptTemplate", "ChatPromptTemplate"})
 
 
@@ -73,8 +128,11 @@ def _literal_model(node: ast.Call) -> str | None:
 
 
 def _prompt_name(name: str) -> bool:
+    """``SYSTEM_PROMPT``, ``instructions``, ``system``; not ``system_prompt_role`` or ``prompt_tokens``."""
     ws = words(name)
-    return bool(set(ws) & _PROMPT_WORDS) or (bool(ws) and ws[0] == "system" and len(ws) <= 2)
+    if not ws or ws[-1] in _NOT_TEXT or (ws[0] == "prompt" and len(ws) > 1 and ws[1] in _PROMPT_VERB):
+        return False  # `prompt_for_approval()`, `prompt_user()`: a terminal prompt, not an LLM's
+    return bool(set(ws) & _PROMPT_WORDS) or (ws[0] == "system" and len(ws) <= 2)
 
 
 def _is_system(name: str) -> bool:
@@ -119,7 +177,7 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
             seen.add(key)
             yield site
 
-    calls = [n for n in ast.walk(module.tree) if isinstance(n, ast.Call)]
+    calls = [n for n in module.nodes if isinstance(n, ast.Call)]
     for call in calls:
         provider = sdk_provider(call)
         if provider is None:
@@ -132,21 +190,26 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
             elif k.arg in ("messages", "input"):
                 for text in _role_texts(module, resolved(module, k.value)):
                     yield from once(Site(text, system=True, model=model, provider=provider))
-    for node in ast.walk(module.tree):
+    for node in module.nodes:
         if isinstance(node, ast.Dict):
             for text in _role_texts(module, node):
                 yield from once(Site(text, system=True))
         elif isinstance(node, ast.Call):
             yield from (s for site in _call_sites(module, node) for s in once(site))
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _prompt_name(node.name):
-            for ret in ast.walk(node):
-                if isinstance(ret, ast.Return) and ret.value is not None:
-                    yield from once(Site(ret.value, system=_is_system(node.name)))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            decorated = any(
+                _attrs(d)[-1:] in (["system_prompt"], ["instructions"]) for d in node.decorator_list
+            )
+            if decorated or _prompt_name(node.name):
+                system = decorated or _is_system(node.name)
+                for ret in ast.walk(node):
+                    if isinstance(ret, ast.Return) and ret.value is not None:
+                        yield from once(Site(ret.value, system=system))
     for (_, name), bindings in module.bindings.items():
         if _prompt_name(name):
             for chain in _chains(bindings):
                 yield from once(Site(None, chain, system=_is_system(name)))
-    for node in ast.walk(module.tree):
+    for node in module.nodes:
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
         if isinstance(node, ast.Assign) and isinstance(target, ast.Attribute) and _prompt_name(target.attr):
             yield from once(Site(node.value, system=_is_system(target.attr)))
@@ -206,7 +269,7 @@ def _call_sites(module: PyModule, node: ast.Call) -> Iterator[Site]:
 
 def tool_sites(module: PyModule) -> Iterator[ast.expr]:
     """Expressions that build the tool list an SDK call sends."""
-    for node in ast.walk(module.tree):
+    for node in module.nodes:
         if isinstance(node, ast.Call) and sdk_provider(node) is not None:
             for k in node.keywords:
                 if k.arg in ("tools", "functions"):

@@ -38,6 +38,7 @@ class PyModule:
     bindings: dict[tuple[int, str], list[Binding]] = field(default_factory=dict)  # (id(scope), name)
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
     modules: set[str] = field(default_factory=set)  # names bound by `import x` / `from x import y`
+    nodes: list[ast.AST] = field(default_factory=list)  # every node, walked once
     _lines: list[bytes] = field(default_factory=list)
 
     @classmethod
@@ -45,10 +46,17 @@ class PyModule:
         """Raises SyntaxError on a file that is not valid Python."""
         module = cls(source, ast.parse(source.text, filename=source.path))
         module._lines = [line.encode("utf-8") for line in source.text.split("\n")]
-        for node in ast.walk(module.tree):
+        stack: list[ast.AST] = [module.tree]
+        while stack:  # one pass: every node, and its parent (contexts such as ast.Load are shared)
+            node = stack.pop()
+            module.nodes.append(node)
             for child in ast.iter_child_nodes(node):
-                module.parents[child] = node
+                if not isinstance(child, ast.expr_context):
+                    module.parents[child] = node
+                    stack.append(child)
         module._collect()
+        for bindings in module.bindings.values():
+            bindings.sort(key=lambda b: b.offset)
         return module
 
     # --- positions -------------------------------------------------------------------------------
@@ -115,7 +123,7 @@ class PyModule:
         self.bindings.setdefault((id(scope), name), []).append(binding)
 
     def _collect(self) -> None:
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 if self.scope_of(node) is self.tree:
                     self.functions[node.name] = node

@@ -34,6 +34,26 @@ _EXTRA_CALLS: dict[str, Volatile] = {
     "asctime": "timestamp",
 }
 _DAILY_CALLS = frozenset({"today", "date"})
+# Methods whose result still shows the clock or id they are called on.
+_FORMATTING = frozenset(
+    {
+        "strftime",
+        "isoformat",
+        "date",
+        "time",
+        "timestamp",
+        "ctime",
+        "astimezone",
+        "replace",
+        "format",
+        "hex",
+        "upper",
+        "lower",
+        "strip",
+        "split",
+        "__str__",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,12 +164,26 @@ class Values:
         if not chain or chain[0].value is None or id(chain[0]) in self._expanding:
             return
         self._expanding.add(id(chain[0]))
+        value = chain[0].value
         try:
-            for found in self._candidates(chain[0].value, piece, depth + 1):
-                yield Candidate(start, end, found.kind, name, found.frequency)
+            for found in self._candidates(value, piece, depth + 1):
+                # The value itself (`datetime.now()`, `now.strftime(...)`, `str(uuid4())`): not what
+                # some other function makes of it (`tz.tzname(now)` is a zone name).
+                if self._direct(value, (found.start, found.end)):
+                    yield Candidate(start, end, found.kind, name, found.frequency)
                 return
         finally:
             self._expanding.discard(id(chain[0]))
+
+    def _direct(self, value: ast.expr, span: tuple[int, int]) -> bool:
+        """Whether ``value`` is the clock / id at ``span`` itself, converted or formatted."""
+        if self.m.span(value) == span or _converts(value):
+            return True
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            return value.func.attr in _FORMATTING and self._direct(value.func.value, span)
+        if isinstance(value, ast.BinOp):  # now + timedelta(days=1)
+            return self._direct(value.left, span) or self._direct(value.right, span)
+        return False
 
     def _evaluated(self, node: ast.AST) -> Frequency | None:
         """ "process" when computed at import, "instance" in ``__init__``, None inside a function."""
@@ -159,6 +193,12 @@ class Values:
             if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
                 return "instance" if parent.name == "__init__" else None
         return "process"
+
+
+def _converts(node: ast.expr) -> bool:
+    return isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Call) and callee(node) in ("str", "repr", "int", "float", "round", "format")
+    )
 
 
 def _label(segment: str) -> str:

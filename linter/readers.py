@@ -46,6 +46,25 @@ _SYSTEM_KEYS = frozenset({"system", "system_prompt", "instructions", "developer"
 _REQUEST_KEYS = frozenset({"messages", "tools", "input", "input_schema", "parameters", "response_format"})
 
 
+# Every Python prompt site (py_sites) needs one of these in the file. Plain substring tests on the
+# lowered text cost a fraction of a parse, which most files of a large repository then skip.
+_PROMPT_WORDS = ("prompt", "instructions", "preamble", "backstory", "systemmessage", "from_messages")
+_GUARDED = (
+    ("system", re.compile(r"system_|system\s*=|role['\"]\s*:\s*['\"]system")),
+    ("developer", re.compile(r"role['\"]\s*:\s*['\"]developer")),
+    ("completion", re.compile(r"completions?\s*\.\s*\w|completion\(")),
+    ("messages", re.compile(r"messages\s*\.\s*(?:create|stream|parse|count_tokens)")),
+    ("responses", re.compile(r"responses\s*\.\s*(?:create|stream|parse)")),
+)
+
+
+def _promptish(text: str) -> bool:
+    low = text.lower()
+    if any(word in low for word in _PROMPT_WORDS):
+        return True
+    return any(word in low and pattern.search(low) for word, pattern in _GUARDED)
+
+
 class FileError(CachewardenError):
     """A file the linter cannot read (bad JSON / YAML / template syntax): exit 2."""
 
@@ -82,7 +101,7 @@ def lint_template(ctx: Context) -> Iterator[Hit]:
         # Blank the front matter (same length, same newlines) so offsets stay those of the file.
         text = re.sub(r"[^\n]", " ", m.group()) + text[m.end() :]
     yield from _template_hits(ctx, text, suffix in STRICT_TEMPLATES, _system_file(source.path), source.path)
-    yield from check_text(source.text)
+    yield from check_text(source.text, markdown=suffix == ".md")
 
 
 def _front_matter_model(meta: object) -> str | None:
@@ -104,6 +123,8 @@ def _front_matter_model(meta: object) -> str | None:
 
 
 def lint_python(ctx: Context) -> Iterator[Hit]:
+    if not _promptish(ctx.source.text):
+        return  # no SDK call, message or prompt name can be in it: not worth a parse
     try:
         module = PyModule.parse(ctx.source)
     except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source
@@ -152,7 +173,12 @@ def lint_yaml(ctx: Context) -> list[Hit]:
 def _prompt_strings(node: Node, key: str | None, system: bool) -> Iterator[tuple[str, Node, bool]]:
     if node.kind == "string" and key is not None:
         text = node.value
-        if key in _TEMPLATE_KEYS or "{{" in text or "{%" in text:
+        # `${{ github.run_id }}` is a GitHub Actions expression: only a prompt key makes it prompt text.
+        actions = "${{" in text and "{{" not in text.replace("${{", "")
+        if actions:
+            if set(words(key)) & {"prompt", "instructions", "system"}:
+                yield key, node, system
+        elif key in _TEMPLATE_KEYS or "{{" in text or "{%" in text:
             yield key, node, system
     for name, _, child in node.members:
         role = node.get("role")

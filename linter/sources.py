@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,12 @@ Kind = Literal["template", "json", "yaml", "python"]
 
 TEMPLATE_SUFFIXES = frozenset({".j2", ".jinja", ".jinja2", ".txt", ".md", ".prompt", ".prompty"})
 DATA_SUFFIXES: dict[str, Kind] = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".py": "python"}
-SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache"})
+SKIP_DIRS = frozenset(
+    {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache", ".vscode", ".idea"}
+)
+
+
+_NEWLINE = re.compile("\n")
 
 
 def kind_of(path: str) -> Kind | None:
@@ -34,8 +40,7 @@ class Source:
     _starts: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._starts = [0]
-        self._starts.extend(i + 1 for i, ch in enumerate(self.text) if ch == "\n")
+        self._starts = line_starts(self.text)
 
     def position(self, offset: int) -> tuple[int, int]:
         """(line, column), both 1-based, of a character offset."""
@@ -55,6 +60,11 @@ class Source:
     @property
     def line_count(self) -> int:
         return len(self._starts)
+
+
+def line_starts(text: str) -> list[int]:
+    """Offsets of the first character of each line."""
+    return [0, *(m.end() for m in _NEWLINE.finditer(text))]
 
 
 def walk(paths: Iterable[str]) -> Iterator[str]:

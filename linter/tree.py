@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from .sources import line_starts
+
 
 class ParseError(ValueError):
     """The file is not valid JSON / YAML; ``offset`` is where reading stopped."""
@@ -131,7 +133,11 @@ def parse_json(text: str) -> Node:
     return root
 
 
-def _from_yaml(node: yaml.Node, starts: list[int]) -> Node:
+# libyaml's parser when PyYAML was built with it (10-20x faster on large files); marks are the same.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _from_yaml(node: yaml.Node, starts: list[int], constructor: yaml.SafeLoader) -> Node:
     def offset(mark: Any) -> int:
         return int(starts[mark.line] + mark.column) if mark.line < len(starts) else int(mark.index)
 
@@ -139,12 +145,16 @@ def _from_yaml(node: yaml.Node, starts: list[int]) -> Node:
     if isinstance(node, yaml.MappingNode):
         out = Node("object", start, end)
         for key, val in node.value:
-            out.members.append((str(key.value), offset(key.start_mark), _from_yaml(val, starts)))
+            out.members.append((str(key.value), offset(key.start_mark), _from_yaml(val, starts, constructor)))
         return out
     if isinstance(node, yaml.SequenceNode):
-        return Node("array", start, end, items=[_from_yaml(v, starts) for v in node.value])
-    # Resolve the scalar through the safe constructor so ints, bools and dates mean what YAML says.
-    value = yaml.SafeLoader("").construct_object(node, deep=True)
+        return Node("array", start, end, items=[_from_yaml(v, starts, constructor) for v in node.value])
+    # Resolve the scalar through the safe constructor so ints, bools and dates mean what YAML says;
+    # a tag only another loader knows (mkdocs' `!!python/name:...`) stays the text it is.
+    try:
+        value = constructor.construct_object(node, deep=True)
+    except yaml.YAMLError:
+        value = str(node.value)
     kind = "string" if isinstance(value, str) else "scalar"
     return Node(kind, start, end, value)
 
@@ -152,12 +162,12 @@ def _from_yaml(node: yaml.Node, starts: list[int]) -> Node:
 def parse_yaml(text: str) -> Node | None:
     """The first document of a YAML file (None when empty); raises ParseError."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or exc.__class__.__name__
         raise ParseError(f"not valid YAML ({problem})", mark.index if mark is not None else 0) from exc
     if root is None:
         return None
-    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
-    return _from_yaml(root, starts)
+    starts = line_starts(text)
+    return _from_yaml(root, starts, yaml.SafeLoader(""))

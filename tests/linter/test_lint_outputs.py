@@ -138,3 +138,20 @@ def test_set_alias_of_volatile_value(project: Path, run: Run) -> None:
 def test_rule_files_ship_as_package_data() -> None:
     names = [e.name for e in files("cachewarden.rules").iterdir() if e.name.startswith("CW")]
     assert len(names) >= 15
+
+
+def test_github_actions_expressions_are_prompt_text_only_under_a_prompt_key(project: Path, run: Run) -> None:
+    (project / "wf.yml").write_text(
+        "on: push\njobs:\n  a:\n    steps:\n      - with:\n"
+        "          payload: 'Run <${{ github.run_id }}|View run> failed, see the logs for details please'\n"
+        "          prompt: 'Run ${{ github.run_id }}. " + LONG.replace("\n", " ") + "'\n"
+    )
+    _code, out, _ = run("--format", "json", "wf.yml")
+    assert [(f["code"], f["line"]) for f in as_json(out)["findings"]] == [("CW102", 7)]
+
+
+def test_markdown_hard_line_break_is_not_trailing_whitespace() -> None:
+    from cachewarden.linter.engine import lint_source
+
+    assert [f.code for f in lint_source("a.md", "line one  \nline two \n")] == ["CW206"]
+    assert [f.code for f in lint_source("a.txt", "line one  \n")] == ["CW206"]

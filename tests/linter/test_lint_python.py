@@ -123,7 +123,7 @@ def test_noqa_and_syntax_errors(project: Path, run: Run) -> None:
     (project / "README.md").write_text("nothing here\n")
     code, out, _ = run("--format", "json", ".")
     assert code == 0 and as_json(out)["summary"]["files"] == 2
-    (project / "bad.py").write_text("def f(:\n")
+    (project / "bad.py").write_text("SYSTEM_PROMPT = (:\n")
     code, _, err = run("bad.py")
     assert (
         code == 2
