@@ -177,6 +177,10 @@ class UsageReport:
     # makes the provider put them in front of its input.
     response_id: str | None = None
     output_items: Sequence[Any] | None = None
+    # Anthropic: the message id, and the cache ``diagnostics`` when the response carries the field
+    # (empty: absent; else its one value, None for null) — provider-caching.md §2.7.
+    message_id: str | None = None
+    diagnostics: tuple[Any, ...] = ()
 
 
 def _load(data: bytes) -> Any:
@@ -225,6 +229,8 @@ class UsageTracker:
         self._model: str | None = None
         self._response_id: str | None = None
         self._output_items: list[Any] | None = None
+        self._message_id: str | None = None
+        self._diagnostics: tuple[Any, ...] = ()
         self._seen_usage = False
 
     @property
@@ -300,6 +306,11 @@ class UsageTracker:
             self._response_id = obj["id"]
             if isinstance(obj.get("output"), list):
                 self._output_items = obj["output"]
+        if self.provider == "anthropic":
+            if isinstance(obj.get("id"), str):
+                self._message_id = obj["id"]
+            if "diagnostics" in obj:
+                self._diagnostics = (obj["diagnostics"],)
         usage = obj.get("usage")
         if isinstance(usage, Mapping):
             self._raw = dict(usage)
@@ -316,7 +327,12 @@ class UsageTracker:
             if not isinstance(obj, Mapping):
                 return UsageReport("unparsed", detail="malformed")
             self._take(obj)
-        chain: dict[str, Any] = {"response_id": self._response_id, "output_items": self._output_items}
+        chain: dict[str, Any] = {
+            "response_id": self._response_id,
+            "output_items": self._output_items,
+            "message_id": self._message_id,
+            "diagnostics": self._diagnostics,
+        }
         if self._raw is None:
             return UsageReport("missing", model=self._model, detail="no-usage", **chain)
         usage = normalise(self.provider, self._raw)

@@ -23,6 +23,7 @@ from cachewarden.proxy.engine.calibration import Calibrated, CountCalibration
 from cachewarden.proxy.engine.engine import Analysis, Engine
 from cachewarden.proxy.engine.usage import Usage
 from cachewarden.proxy.explain.attribution import Reason, attribute
+from cachewarden.proxy.explain.provider_diagnosis import compare
 
 from .hooks import Flow
 from .live_rules import LiveRules
@@ -162,6 +163,16 @@ class EngineAnalyzer:
             self.calibration.observe(
                 flow.tenant, analysis.prompt, analysis.tokenized, usage.input_total, analysis.info.exact
             )
+        diagnostics = flow.metadata.get("diagnostics")
+        if flow.provider == "anthropic" and diagnostics:
+            # Anthropic's own diagnosis (the response carried the field): beside our first reason.
+            found = compare(diagnostics[0], flow.metadata.get("reasons") or [])
+            m.provider_diagnosis.labels(*base, found.provider, "true" if found.agrees else "false").inc()
+            flow.metadata["access_diagnosis"] = {
+                "type": found.provider,
+                "reason": found.reason,
+                "agrees": found.agrees,
+            }
         if p.cached_tokens > 0 and usage.cached < p.cached_tokens:
             # Predicted a hit the provider did not serve: routing, eviction, a cache we cannot see.
             lost = p.cached_tokens - usage.cached

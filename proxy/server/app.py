@@ -366,6 +366,9 @@ class Proxy:
                 report = tracker.finish()
                 flow.usage, flow.usage_raw, flow.usage_state = report.usage, report.raw, report.state
                 flow.metadata["response_model"] = report.model
+                # Anthropic: the message id and its cache diagnostics (analysis.py compares them).
+                flow.metadata["message_id"] = report.message_id
+                flow.metadata["diagnostics"] = report.diagnostics
                 if report.response_id is not None:
                     flow.metadata["response_id"] = report.response_id
                     flow.metadata["response_output"] = report.output_items
@@ -465,6 +468,8 @@ def access_record(flow: Flow) -> dict[str, Any]:
         "usage_state": flow.usage_state,
         # Input tokens counted, after self-calibration, and reported (analysis.py); numbers only.
         "count": flow.metadata.get("access_count"),
+        # Anthropic's cache diagnosis beside cachewarden's first reason (codes only).
+        "diagnosis": flow.metadata.get("access_diagnosis"),
         "tokens": None
         if u is None
         else {

@@ -55,6 +55,18 @@ USAGE_STATES = ("reported", "missing", "unparsed")  # engine.usage.UsageState
 INDEX_STAGES = ("lookup", "insert", "mark", "marks", "clear")  # engine.index.resilient
 TOKEN_KINDS = ("cached", "cache_write", "uncached")
 COST_KINDS = {"predicted": TOKEN_KINDS, "reported": (*TOKEN_KINDS, "output")}
+# Anthropic's cache diagnostics (provider-caching.md §2.7), plus "none" (null: no divergence) and
+# "inconclusive" ({"cache_miss_reason": null}: the comparison was still running).
+DIAGNOSIS_TYPES = (
+    "model_changed",
+    "system_changed",
+    "tools_changed",
+    "messages_changed",
+    "previous_message_not_found",
+    "unavailable",
+    "none",
+    "inconclusive",
+)
 
 
 def safe_model(model: str | None) -> str | None:
@@ -125,6 +137,12 @@ class Metrics:
         self.savings_usd = counter("savings_usd", "Dollars saved by cache reads.")
         self.prediction_error_tokens = histogram(
             "prediction_error_tokens", "Reported cached tokens minus predicted cached tokens.", _ERROR_BUCKETS
+        )
+        self.provider_diagnosis = counter(
+            "provider_diagnosis",
+            "Anthropic's own cache diagnosis, and whether cachewarden's first reason agrees with it.",
+            "type",
+            "agrees",
         )
         self.count_error_tokens = histogram(
             "count_error_tokens",
@@ -208,6 +226,10 @@ class Metrics:
                 self.input_tokens.labels(*base, source, kind)
         self.savings_usd.labels(*base)
         self.analysis_dropped.labels(*base)
+        if base[0] == "anthropic":
+            for kind in DIAGNOSIS_TYPES:
+                for agrees in ("true", "false"):
+                    self.provider_diagnosis.labels(*base, kind, agrees)
 
     def labels(self, provider: str | None, model: str | None, tenant: str | None = None) -> tuple[str, ...]:
         """The base label values: provider, model and, when configured, the tenant (allow-listed
