@@ -107,6 +107,27 @@ def _index_row(index: PrefixIndex) -> tuple[float, ...]:
     return (*lookup, *insert_warm, *insert_cold)
 
 
+def layout_row(url: str) -> tuple[int, float]:
+    """Records one 4,000-token insert writes, and Redis memory per million tokens held (250 distinct
+    4,000-token prompts in a fresh namespace: the worst case, no block shared)."""
+    import redis
+    from cachewarden.proxy.engine.index.redis import RedisIndex
+
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    index = RedisIndex(client, namespace="layout")
+    rng = random.Random(11)
+    index.insert(SCOPE, _tokens(rng, PROMPT), now=0.0)
+    records = sum(int(client.zcard(k)) for k in client.scan_iter(match=b"layout:*"))
+    client.flushall()
+    before = int(client.info("memory")["used_memory"])
+    for i in range(250):
+        index.insert(f"{SCOPE}{i % 10}", _tokens(rng, PROMPT), now=float(i), ttl=300)
+    used = int(client.info("memory")["used_memory"]) - before
+    client.flushall()
+    return records, used / 2**20 / (250 * PROMPT / 1e6)
+
+
 def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tuple[float, float]]:
     rules = (f"Rule {i}: answer questions about topic {i} from section {i}, quote it." for i in range(230))
     policy = "\n".join(rules)
@@ -152,12 +173,18 @@ def main() -> int:
             "redis+local": lambda: open_index(url),
         }
         rows = {name: _index_row(make()) for name, make in backends.items()}
-        print(f"prefix index, {PROMPT:,}-token prompt sharing {SHARED:,}; block size 16; {CALLS} calls; µs")
+        print(f"prefix index, {PROMPT:,}-token prompt sharing {SHARED:,}; {CALLS} calls; µs")
         head = ("lookup p50", "p99", "insert warm p50", "p99", "insert cold p50", "p99")
         print(f"{'backend':<12}" + "".join(f"{h:>16}" for h in head) + f"{'lookup ×mem':>13}")
         base = rows["memory"][0]
         for name, row in rows.items():
             print(f"{name:<12}" + "".join(f"{v * 1e6:>16.0f}" for v in row) + f"{row[0] / base:>13.1f}")
+        records, mib = layout_row(url)
+        print(
+            f"\nRedis layout: {records} records for one {PROMPT:,}-token insert "
+            f"({PROMPT / records:.0f} tokens "
+            f"a record); {mib:.1f} MiB of Redis memory per million tokens held"
+        )
         print("\nengine.analyse per request (OpenAI chat, one turn per request), ms")
         erows = engine_rows(backends)
         ebase = next(iter(erows.values()))[0]

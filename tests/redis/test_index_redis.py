@@ -248,20 +248,44 @@ def test_bad_arguments(redis_server: Any) -> None:
         _index(redis_server, namespace="a*b")
 
 
-def test_stores_hashes_timestamps_lengths_and_ids_only(redis_url: str, redis_server: Any) -> None:
-    index = _index(redis_server, block_size=4)
+def test_stores_digests_timestamps_lengths_and_ids_only(redis_url: str, redis_server: Any) -> None:
+    index = _index(redis_server, block_size=4, secret=b"k")
     words = [1000 + i for i in range(23)]
-    index.insert("tenant-secret\x1fopenai\x1fgpt-4.1\x1f", words, now=12.5, entry_id="req-1")
-    index.mark("tenant-secret\x1fopenai\x1fgpt-4.1\x1f", words, [8, 13], now=12.5)
+    scope = "tenant-secret\x1fopenai\x1fgpt-4.1\x1f"
+    index.insert(scope, words, now=12.5, entry_id="req-1")
+    index.mark(scope, words, [8, 13], now=12.5)
     with redis_server.client() as c:
         keys = c.keys("*")
-        assert keys and all(k.startswith((b"cachewarden:n:", b"cachewarden:m:")) for k in keys)
-        assert all(len(k) == len(b"cachewarden:n:") + 16 for k in keys)
+        # One hash tag for the whole scope: one Redis Cluster slot.
+        tags = {k.split(b"}")[0] for k in keys}
+        assert len(tags) == 1 and tags.pop().startswith(b"cachewarden:{")
+        assert all(k.split(b"}:")[1][:2] in (b"n:", b"m:") for k in keys)
+        blocks = [k for k in keys if b"}:n:" in k]
+        assert len(blocks) == 6  # ceil(23 / 4) records: one a block
+        packed = b"".join(w.to_bytes(n, e) for w in words for n in (2, 4, 8) for e in ("little", "big"))
         for key in keys:
             assert b"tenant-secret" not in key
-            for field, value in c.hgetall(key).items():
-                assert len(field) == 8
-                assert value in (b"12.5 23 req-1", b"12.5")
+            if key in blocks:
+                (member,) = c.zrange(key, 0, -1)
+                groups, _, value = member.partition(b"\x00" + b"12.5")
+                assert value == b" 23 req-1" and len(groups) in (4 * 4, 3 * 4)
+                # No token id in any width or byte order, no run of them.
+                for i in range(0, len(groups), 4):
+                    assert groups[i] >= 0x80 and groups[i : i + 4] not in packed
+            else:
+                for field, value in c.hgetall(key).items():
+                    assert len(field) == 8 and value == b"12.5"
+
+
+def test_records_per_insert_are_one_a_block(redis_url: str, redis_server: Any) -> None:
+    # The default layout: a 4,000-token prompt is ceil(4000 / 512) = 8 records (<= tokens / 64).
+    index = _index(redis_server)
+    index.insert("s", list(range(4000)), now=0)
+    with redis_server.client() as c:
+        assert sum(c.zcard(k) for k in c.keys("*")) == 8
+        index.insert("s", [*range(3000), *range(-1, -1001, -1)], now=1)
+        # The 5 shared full blocks are rewritten in place; 3000 is inside block 5: 3 new records.
+        assert sum(c.zcard(k) for k in c.keys("*")) == 8 + 3
 
 
 def test_hashes_do_not_depend_on_the_process(redis_url: str, redis_server: Any) -> None:
@@ -274,7 +298,7 @@ def test_hashes_do_not_depend_on_the_process(redis_url: str, redis_server: Any) 
         env = {**os.environ, "PYTHONHASHSEED": seed}
         subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
     with redis_server.client() as c:
-        assert len(c.keys("*")) == 4  # 50 tokens, blocks of 16: the second process rewrote the same keys
+        assert c.zcard(c.keys("*")[0]) == 1  # one block: the second process rewrote the same record
     assert _index(redis_server).lookup("s", list(range(50)), now=1, ttl=0).held_prefix_tokens == 50
 
 
@@ -319,8 +343,8 @@ def test_hot_nodes_sweep_dead_children(redis_url: str, redis_server: Any) -> Non
     for i in range(400):
         index.insert("s", [*system, i, i + 1, i + 2, i + 3], now=float(i), ttl=10)
     with redis_server.client() as c:
-        sizes = [c.hlen(k) for k in c.keys("cachewarden:n:*")]
-    assert max(sizes) <= 2 * 64 + 4 * 11 + 1
+        sizes = [c.zcard(k) for k in c.keys("cachewarden:*:n:*")]
+    assert max(sizes) <= 2 * 64 + 11 + 1
     m = index.lookup("s", [*system, 399, 400, 401, 402], now=400, ttl=10)
     assert (m.common_prefix_tokens, m.held_prefix_tokens) == (8, 8)
     assert index.lookup("s", [*system, 3, 4, 5, 6], now=400, ttl=0).held_prefix_tokens == 4  # swept

@@ -84,7 +84,8 @@ def open_index(
     )
     primary = RedisIndex(
         client,
-        block_size=caps.get("block_size", 16),
+        # Redis' blocks are its own (one record a block; 512 by default): only an explicit one applies.
+        **({"block_size": caps["block_size"]} if "block_size" in caps else {}),
         namespace=ours.get("namespace", "cachewarden"),
         secret=secret,
         expired_window_seconds=expired_window_seconds,

@@ -1,42 +1,36 @@
-"""A ``PrefixIndex`` in Redis, shared by several proxy replicas behind one load balancer.
+"""A ``PrefixIndex`` in Redis (or a Redis Cluster), shared by several proxy replicas.
 
-Same semantics as ``MemoryIndex`` (tests/redis check it against the brute-force reference of
-tests/test_index.py), stored as hashes only:
+Same answers as ``MemoryIndex`` (tests/redis check it against the brute-force reference of
+tests/engine/test_index.py), with one record per block of ``block_size`` tokens (512 by default):
 
-* A prompt's tokens are cut into blocks of ``block_size``. ``H0`` is a keyed blake2b digest of the
-  scope (and the block size); ``H(k+1) = blake2b(H(k) + block k)``. Python's ``hash()`` is salted
-  per process and would make replicas disagree; blake2b does not. The scope only enters the root,
-  so two tenants never share a key: isolation rests on a 128-bit digest (with an optional secret
-  key, a reader of Redis cannot even confirm a guessed prompt).
-* Every prefix length ``L`` of a stored prompt has one *record*: field ``digest(H(q) + tokens[q*bs:L])``
-  (8 bytes, ``q = ceil(L / bs) - 1``) in the Redis hash ``{ns}:n:{H(q)}``. Its value is
-  ``"last_seen tokens entry_id"``: the newest insert through that prefix, as in ``MemoryIndex``'s
-  nodes. A full block's field is its own chain digest, so block records and the in-block prefixes
-  that the partial-block extension needs live side by side, one hash per parent node.
-* Marks (cache writes at exact positions) live in ``{ns}:m:{H(p // bs)}``, field = digest of the
-  partial block up to ``p``, value = ``last_seen``.
+* A prompt's tokens are cut into blocks. ``H0`` is a keyed blake2b digest of the scope (and the
+  block size); ``H(k+1) = blake2b(H(k) + block k)``. Python's ``hash()`` is salted per process and
+  would make replicas disagree; blake2b does not. The scope only enters the root, so two tenants
+  never share a key.
+* The children of node ``H(k)`` (every block k seen after that prefix, full or the partial last
+  block of a prompt) are the members of one sorted set ``{ns}:{root}:n:{H(k)}``: 4 bytes a token,
+  then ``last_seen tokens entry_id`` of the newest insert through that block (redis_scripts.py
+  explains the order that makes the exact token-level LCP inside a block an O(log n) lookup).
+  A token's 4 bytes are a keyed 31-bit pseudo-random function of the token id, XORed with a
+  keystream of the node: equal tokens at the same place of the same prefix compare equal, and
+  nothing else can be read from them without the index secret (no token id, no prompt text).
+* Marks (cache writes at exact positions) live in the hash ``{ns}:{root}:m:{H(p // bs)}``, field =
+  8-byte digest of the partial block up to ``p``, value = ``last_seen``.
+* ``{root}`` (hex) is a hash tag: all keys of a scope are in one Redis Cluster slot, so every
+  script touches one node, and a scope's data moves with its slot.
 
-No prompt text and no token ids are stored: only digests, timestamps, lengths and entry ids. An
-entry id may name a request another replica served; the engine keeps prompts in its own history,
-so attribution then degrades to what the hashes tell (lengths and ages, no diff against the text).
+An entry id may name a request another replica served; the engine keeps prompts in its own history,
+so attribution then degrades to what the index tells (lengths and ages, no diff against the text).
 
-Round trips: a lookup is one script call that walks the full blocks server-side and stops at the
-first missing one, then at most one pipelined ``HMGET`` for the extension into the next block (and,
-when the prefix is held longer than it is live, into the block where it stops being live). An
-insert is one pipelined script call per ~2,000 tokens, so a call never holds Redis long enough to
-trip a 50 ms client timeout on a large prompt.
+Round trips: a lookup and an insert are one script call each (per 512 blocks). Time: correctness
+comes from the stored ``last_seen`` compared with the caller's ``now``; Redis key expiry is garbage
+collection only: each write sets the key's expiry to the scope's TTL plus
+``expired_window_seconds`` (so that a request after the TTL is told ``expired`` rather than
+``cold``), capped by ``max_age_seconds``, and never shortens a longer expiry.
 
-Time. Correctness comes from the stored ``last_seen`` compared with the caller's ``now`` (a write
-never moves ``last_seen`` back, so replicas with slightly skewed clocks cannot age a prefix).
-Redis key expiry is garbage collection only: each write sets the key's expiry to the scope's TTL
-plus ``expired_window_seconds`` (so that a request after the TTL is told ``expired`` rather than
-``cold``), capped by ``max_age_seconds``, and never shortens a longer expiry. Because one hash
-holds the records of all children of a node, a hot node (a shared system prompt) would keep dead
-children forever: the write script sweeps a hash of records older than the retention whenever
-its size doubles past ``sweep_fields`` (amortised O(1) a write).
-
-This module is long because the storage layout, the two Lua scripts that read and write it
-atomically, and the client that drives them only make sense together.
+Inside one node, a lookup looks at up to ``scan_limit`` children on each side of the query for the
+newest (and the newest live) one among those sharing its longest prefix: the held prefix is always
+exact; past that many siblings sharing as many tokens, the age and liveness come from the nearest.
 """
 
 from __future__ import annotations
@@ -54,85 +48,20 @@ from typing import Any
 import redis
 
 from .base import NO_MATCH, IndexStats, Match
+from .redis_scripts import LOOKUP, MARK_WRITE, WRITE, Script
 
 __all__ = ["RedisIndex"]
 
-_VERSION = b"cachewarden-index-v1"
-_DIGEST = 16  # chain digests (key names)
-_FIELD = 8  # record fields: a collision needs two children of one node to meet in 64 bits
-# Records per script call. A call costs ~1 µs a record in Redis; this keeps each one a few ms.
-_CHUNK = 2048
-# Full blocks whose per-position fields are remembered (~150 bytes each, bounded memory: ~10 MB).
-_BLOCK_CACHE = 65536
+_VERSION = b"cachewarden-index-v2"
+_DIGEST = 16  # chain digests (node names)
+_FIELD = 8  # mark fields
+_GROUP = 4  # bytes a token in a member
+_CHUNK = 512  # blocks per script call: each stays well under a 50 ms client timeout
+_BLOCK_CACHE = 16384  # full blocks whose member bytes are remembered (~500 bytes each)
+_TOKEN_MEMO = 1 << 18  # token -> its 4 bytes (a vocabulary is ~200k tokens)
 _ESCAPE = -(2**63)  # int64 token values are 8 bytes; this one introduces a longer encoding
 
-# KEYS: record hashes. ARGV: value, now, expiry ms, retention s, sweep threshold, then per key its
-# fields concatenated (8 bytes each: one argument a key keeps the client's packing cheap).
-# A record is replaced only by a write at least as recent.
-_WRITE = """
-local value, now, px = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local oldest, limit = now - tonumber(ARGV[4]), tonumber(ARGV[5])
-for k, key in ipairs(KEYS) do
-  local blob, fields = ARGV[5 + k], {}
-  for i = 1, #blob, 8 do fields[#fields + 1] = string.sub(blob, i, i + 7) end
-  local old = redis.call('HMGET', key, unpack(fields))
-  local args = {}
-  -- The fields of a path were mostly written by one insert: parse each distinct old value once.
-  local seen, ok = nil, true
-  for i = 1, #fields do
-    local o = old[i]
-    if o and o ~= seen then
-      seen, ok = o, tonumber(string.match(o, '^%S+')) <= now
-    end
-    if not o or ok then
-      args[#args + 1] = fields[i]
-      args[#args + 1] = value
-    end
-  end
-  local added = 0
-  if #args > 0 then added = redis.call('HSET', key, unpack(args)) end
-  local pttl = redis.call('PTTL', key)
-  if pttl >= -1 and pttl < px then redis.call('PEXPIRE', key, px) end
-  if limit > 0 and added > 0 then
-    local len = redis.call('HLEN', key)
-    if len > limit and len > tonumber(redis.call('HGET', key, '~') or 0) then
-      local all = redis.call('HGETALL', key)
-      local dead = {}
-      for i = 1, #all, 2 do
-        if all[i] ~= '~' and tonumber(string.match(all[i + 1], '^%S+')) < oldest then
-          dead[#dead + 1] = all[i]
-        end
-      end
-      for i = 1, #dead, 1000 do
-        redis.call('HDEL', key, unpack(dead, i, math.min(i + 999, #dead)))
-      end
-      redis.call('HSET', key, '~', 2 * (len - #dead))
-    end
-  end
-end
-return 0
-"""
-
-# KEYS[i]: hash of block i's parent, ARGV[i]: block i's field. The values of the leading run held.
-_WALK = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  local v = redis.call('HGET', key, ARGV[i])
-  if not v then break end
-  out[i] = v
-end
-return out
-"""
-
-
-class _Script:
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-
-
-_WRITE_SCRIPT = _Script(_WRITE)
-_WALK_SCRIPT = _Script(_WALK)
+Call = tuple[Script, list[bytes], list[bytes | str | int | float]]
 
 
 def _encode(toks: Sequence[int]) -> tuple[bytes, Sequence[int]]:
@@ -175,21 +104,22 @@ class _Record:
 
 class RedisIndex:
     """``PrefixIndex`` in Redis. Thread-safe (the client's pool is); every error is the caller's:
-    wrap it in ``ResilientIndex`` to keep answering when Redis is away."""
+    wrap it in ``ResilientIndex`` to keep answering when Redis is away. ``client`` may be a
+    ``redis.Redis`` or a ``redis.cluster.RedisCluster``."""
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Any,
         *,
-        block_size: int = 16,
+        block_size: int = 512,
         namespace: str = "cachewarden",
         secret: bytes = b"",
         expired_window_seconds: float = 3600.0,
         max_age_seconds: float = 24 * 3600,
         sweep_fields: int = 4096,
+        scan_limit: int = 256,
     ) -> None:
         if not 1 <= block_size <= 1024:
-            # The write script unpacks one block's fields into one call (Lua's limit is ~8,000).
             raise ValueError("block_size must be between 1 and 1024")
         if not namespace or not all(c.isalnum() or c in "._-" for c in namespace):
             raise ValueError(f"namespace must be letters, digits, '.', '_' or '-' (got {namespace!r})")
@@ -198,11 +128,16 @@ class RedisIndex:
         self._ns = namespace.encode()
         # blake2b takes keys of up to 64 bytes; a longer secret is condensed first.
         self._key = secret if len(secret) <= 64 else hashlib.blake2b(secret).digest()
+        self._token_key = hashlib.blake2b(b"token", key=self._key, digest_size=32).digest()
+        self._stream_key = hashlib.blake2b(b"keystream", key=self._key, digest_size=32).digest()
         self._window = max(expired_window_seconds, 0.0)
         self._max_age = max_age_seconds
         self._sweep = max(sweep_fields, 0)
-        # Chain digest of a full block -> the fields of its prefixes (8 bytes each, the block's own
-        # last). Digests only, as in Redis; bounded, oldest first out.
+        self._scan = max(scan_limit, 1)
+        self._memo: dict[int | bytes, bytes] = {}
+        self._masks: dict[int, int] = {}
+        # Chain digest of a full block -> its member bytes; a conversation's next turn re-sends the
+        # same blocks, so each is computed once. Bounded, oldest first out.
         self._blocks: dict[bytes, bytes] = {}
         self._blocks_lock = threading.Lock()
 
@@ -222,10 +157,59 @@ class RedisIndex:
             chain.append(self._digest(chain[-1] + data[offsets[k * bs] : offsets[(k + 1) * bs]]))
         return chain
 
+    def _token(self, t: int, raw: bytes) -> bytes:
+        g = hashlib.blake2b(raw, digest_size=_GROUP, key=self._token_key).digest()
+        memo = self._memo
+        if len(memo) >= _TOKEN_MEMO:
+            memo.clear()
+        memo[t if _ESCAPE < t < 2**63 else raw] = g
+        return g
+
+    def _groups(
+        self, node: bytes, toks: Sequence[int], data: bytes, offsets: Sequence[int], s: int, e: int
+    ) -> bytes:
+        """The member bytes of ``toks[s:e]`` under ``node`` (4 a token, high bit set on the first)."""
+        get, miss = self._memo.get, self._token
+        raw = b"".join(
+            [get(t) or miss(t, data[offsets[i] : offsets[i + 1]]) for i, t in enumerate(toks[s:e], s)]
+        )
+        size = len(raw)
+        stream = hashlib.shake_256(self._stream_key + node).digest(size)
+        mask = self._masks.get(size)
+        if mask is None:
+            mask = self._masks[size] = int.from_bytes(b"\x80\x00\x00\x00" * (size // _GROUP), "big")
+        mixed = (int.from_bytes(raw, "big") ^ int.from_bytes(stream, "big")) | mask
+        return mixed.to_bytes(size, "big")
+
+    def _members(
+        self, scope: str, toks: Sequence[int], data: bytes, offsets: Sequence[int], full: int
+    ) -> tuple[bytes, list[bytes], list[bytes]]:
+        """(root, node of each block, member bytes of each block) for every block of ``toks``."""
+        n, bs = len(toks), self._bs
+        root = self._root(scope)
+        chain = self._chain(root, data, offsets, full)
+        cache, fresh, members = self._blocks, [], []
+        for k in range(full):
+            got = cache.get(chain[k + 1])
+            if got is None:
+                got = self._groups(chain[k], toks, data, offsets, k * bs, (k + 1) * bs)
+                fresh.append((chain[k + 1], got))
+            members.append(got)
+        if n > full * bs:
+            members.append(self._groups(chain[full], toks, data, offsets, full * bs, n))
+        if fresh:
+            with self._blocks_lock:
+                cache.update(fresh)
+                excess = len(cache) - _BLOCK_CACHE
+                if excess > 0:
+                    for old in list(itertools.islice(cache, excess)):
+                        del cache[old]
+        return root, chain[: len(members)], members
+
     def _fields(
-        self, parent: bytes, data: bytes, offsets: Sequence[int], start: int, ends: range
+        self, parent: bytes, data: bytes, offsets: Sequence[int], start: int, ends: Iterable[int]
     ) -> list[bytes]:
-        """Fields of the prefixes ``tokens[start:end]`` (one per end) under node ``parent``."""
+        """Mark fields: digests of the prefixes ``tokens[start:end]`` (one per end) under ``parent``."""
         h = hashlib.blake2b(parent, digest_size=_DIGEST, key=self._key)
         out: list[bytes] = []
         at = offsets[start]
@@ -235,20 +219,8 @@ class RedisIndex:
             out.append(h.copy().digest()[:_FIELD])
         return out
 
-    def _remember(self, fresh: list[tuple[bytes, bytes]]) -> None:
-        with self._blocks_lock:
-            cache = self._blocks
-            cache.update(fresh)
-            excess = len(cache) - _BLOCK_CACHE
-            if excess > 0:
-                for old in list(itertools.islice(cache, excess)):
-                    del cache[old]
-
-    def _nkey(self, node: bytes) -> bytes:
-        return self._ns + b":n:" + node
-
-    def _mkey(self, node: bytes) -> bytes:
-        return self._ns + b":m:" + node
+    def _key_of(self, root: bytes, kind: bytes, node: bytes) -> bytes:
+        return b"%s:{%s}:%s:%s" % (self._ns, root.hex().encode(), kind, node)
 
     def _retention_ms(self, ttl: float | None) -> tuple[int, float]:
         keep = self._max_age if ttl is None or ttl <= 0 else min(self._max_age, ttl + self._window)
@@ -257,44 +229,22 @@ class RedisIndex:
 
     # -- Redis calls --------------------------------------------------------------------------------
 
-    def _scripts(
-        self, calls: list[tuple[_Script, list[bytes], list[bytes | str | int | float]]]
-    ) -> list[Any]:
-        """Run script calls in one round trip; load the scripts once if Redis does not know them
-        (first use, or after a restart, which empties its script cache)."""
-        for attempt in (0, 1):
-            pipe = self._r.pipeline(transaction=False)
-            for script, keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+    def _scripts(self, calls: list[Call]) -> list[Any]:
+        """Run script calls in one round trip. A Redis that does not know a script (first use, a
+        restarted node) gets its source once (EVAL also caches it there)."""
+        if len(calls) == 1:  # a cluster pipeline costs more than one direct call
+            script, keys, args = calls[0]
             try:
-                return pipe.execute()
+                return [self._r.evalsha(script.sha, len(keys), *keys, *args)]
             except redis.exceptions.NoScriptError:
-                if attempt:
-                    raise
-                for script in {c[0] for c in calls}:
-                    self._r.script_load(script.source)
-        raise AssertionError("unreachable")
-
-    def _write(self, groups: list[tuple[bytes, bytes]], value: bytes, now: float, ttl: float | None) -> None:
-        """``groups``: (key, its fields concatenated)."""
-        if not math.isfinite(now):
-            raise ValueError(f"now must be a finite time (got {now!r})")
-        px, keep = self._retention_ms(ttl)
-        head: list[bytes | str | int | float] = [value, repr(now), px, repr(keep), self._sweep]
-        calls: list[tuple[_Script, list[bytes], list[bytes | str | int | float]]] = []
-        keys: list[bytes] = []
-        args = list(head)
-        records = 0
-        for key, blob in groups:
-            keys.append(key)
-            args.append(blob)
-            records += len(blob) // _FIELD
-            if records >= _CHUNK:
-                calls.append((_WRITE_SCRIPT, keys, args))
-                keys, args, records = [], list(head), 0
-        if keys:
-            calls.append((_WRITE_SCRIPT, keys, args))
-        self._scripts(calls)
+                return [self._r.eval(script.source, len(keys), *keys, *args)]
+        pipe = self._r.pipeline(transaction=False)
+        for script, keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        try:
+            return list(pipe.execute())
+        except redis.exceptions.NoScriptError:
+            return [self._r.eval(s.source, len(k), *k, *a) for s, k, a in calls]
 
     # -- PrefixIndex --------------------------------------------------------------------------------
 
@@ -304,60 +254,36 @@ class RedisIndex:
         if not n:
             return NO_MATCH
         data, offsets = _encode(toks)
-        full = n // bs
-        chain = self._chain(self._root(scope), data, offsets, full)
+        root, nodes, members = self._members(scope, toks, data, offsets, n // bs)
         t = _threshold(now, ttl)
-
-        # Round trip 1: the leading run of held full blocks, walked server-side.
-        blocks: list[_Record] = []
-        if full:
-            calls: list[tuple[_Script, list[bytes], list[bytes | str | int | float]]] = []
-            for s in range(0, full, _CHUNK):
-                ks = range(s, min(s + _CHUNK, full))
-                calls.append(
-                    (_WALK_SCRIPT, [self._nkey(chain[k]) for k in ks], [chain[k + 1][:_FIELD] for k in ks])
-                )
-            for s, got in zip(range(0, full, _CHUNK), self._scripts(calls), strict=True):
-                blocks.extend(_Record(v) for v in got)
-                if len(got) < min(_CHUNK, full - s):
-                    break
-        held_depth = len(blocks)
-        live_depth = 0
-        # A write refreshes its whole path, so last_seen never grows with depth: live blocks lead.
-        while live_depth < held_depth and blocks[live_depth].last_seen >= t:
-            live_depth += 1
-
-        # Round trip 2 (at most): the prefixes inside the next block, where the held (and live) run stops.
-        probes: list[tuple[int, int]] = []  # (block, how many of its prefixes)
-        start = held_depth * bs
-        rest = min(bs, n - start)
-        if rest > 0:
-            probes.append((held_depth, rest if rest < bs else bs - 1))  # a full one is known missing
-        if live_depth < held_depth:
-            probes.append((live_depth, bs - 1))
-        ext: dict[int, list[_Record | None]] = {}
-        probes = [(k, m) for k, m in probes if m > 0]
-        if probes:
-            pipe = self._r.pipeline(transaction=False)
-            for k, m in probes:
-                fields = self._fields(chain[k], data, offsets, k * bs, range(k * bs + 1, k * bs + m + 1))
-                pipe.hmget(self._nkey(chain[k]), fields)
-            for (k, _), got in zip(probes, pipe.execute(), strict=True):
-                ext[k] = [_Record(v) if v is not None else None for v in got]
-
-        held_ext, best = 0, blocks[-1] if blocks else None
-        for j, rec in enumerate(ext.get(held_depth, []) if rest > 0 else [], 1):
-            if rec is not None:
-                held_ext, best = j, rec
-        held = start + held_ext
+        # Lua's tonumber cannot read "-inf": any time before the epoch will do.
+        head: list[bytes | str | int | float] = [repr(max(t, -1e300)), bs * _GROUP, self._scan]
+        walked: list[_Record] = []
+        stop: list[Any] | None = None
+        live: int | None = None  # tokens of the live prefix, once known
+        for s in range(0, len(nodes), _CHUNK):
+            ks = range(s, min(s + _CHUNK, len(nodes)))
+            keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
+            got, stop, dead, dead_live = self._scripts([(LOOKUP, keys, [*head, *(members[k] for k in ks)])])[
+                0
+            ]
+            if live is None and dead:
+                live = (s + dead - 1) * bs + int(dead_live)
+            walked.extend(_Record(v) for v in got)
+            if stop:
+                break
+        held_ext, best = 0, walked[-1] if walked else None
+        if stop:
+            held_ext = int(stop[0])
+            if held_ext:
+                best = _Record(stop[1])
+            if live is None:
+                live = len(walked) * bs + int(stop[2])
+        held = len(walked) * bs + held_ext
         if held == 0 or best is None:
             return NO_MATCH
-        live_ext = 0
-        for j, rec in enumerate(ext.get(live_depth, []), 1):
-            if rec is not None and rec.last_seen >= t:
-                live_ext = j
         return Match(
-            common_prefix_tokens=live_depth * bs + live_ext,
+            common_prefix_tokens=held if live is None else live,
             held_prefix_tokens=held,
             entry_id=best.entry_id,
             entry_tokens=best.tokens,
@@ -373,39 +299,26 @@ class RedisIndex:
         entry_id: str | None = None,
         ttl: float | None = None,
     ) -> str:
-        """Store a prompt's prefixes. ``ttl``: the scope's cache TTL, for Redis key expiry only
+        """Store a prompt's blocks. ``ttl``: the scope's cache TTL, for Redis key expiry only
         (None or <= 0: keep up to ``max_age_seconds``). Ids are uuids when not given, so that
         replicas never mint the same one."""
         toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
         eid = entry_id if entry_id is not None else uuid.uuid4().hex
-        n, bs = len(toks), self._bs
-        if not n:
+        if not toks:
             return eid
+        if not math.isfinite(now):
+            raise ValueError(f"now must be a finite time (got {now!r})")
         data, offsets = _encode(toks)
-        parent = self._root(scope)
-        groups: list[tuple[bytes, bytes]] = []
-        cache, fresh = self._blocks, []
-        full = n // bs
-        for k in range(full):
-            s = k * bs
-            child = self._digest(parent + data[offsets[s] : offsets[s + bs]])
-            blob = cache.get(child)
-            if blob is None:
-                # The block's fields, ending with the child's own: a conversation's next turn
-                # re-inserts the same blocks, so each is hashed position by position only once.
-                blob = b"".join(self._fields(parent, data, offsets, s, range(s + 1, s + bs)))
-                blob += child[:_FIELD]
-                fresh.append((child, blob))
-            groups.append((self._nkey(parent), blob))
-            parent = child
-        if n > full * bs:
-            s = full * bs
-            groups.append(
-                (self._nkey(parent), b"".join(self._fields(parent, data, offsets, s, range(s + 1, n + 1))))
-            )
-        if fresh:
-            self._remember(fresh)
-        self._write(groups, b"%s %d %s" % (repr(now).encode(), n, eid.encode()), now, ttl)
+        root, nodes, members = self._members(scope, toks, data, offsets, len(toks) // self._bs)
+        px, keep = self._retention_ms(ttl)
+        value = b"%s %d %s" % (repr(now).encode(), len(toks), eid.encode())
+        head: list[bytes | str | int | float] = [value, repr(now), px, repr(keep), self._sweep]
+        calls: list[Call] = []
+        for s in range(0, len(nodes), _CHUNK):
+            ks = range(s, min(s + _CHUNK, len(nodes)))
+            keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
+            calls.append((WRITE, keys, [*head, *(members[k] for k in ks)]))
+        self._scripts(calls)
         return eid
 
     def mark(
@@ -421,8 +334,19 @@ class RedisIndex:
         blocks are held (that would cost a round trip): marks expire on their own."""
         toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
         groups = self._mark_fields(scope, toks, positions)
-        if groups:
-            self._write([(k, b"".join(f)) for k, f, _ in groups], repr(now).encode(), now, ttl)
+        if not groups:
+            return
+        if not math.isfinite(now):
+            raise ValueError(f"now must be a finite time (got {now!r})")
+        px, _ = self._retention_ms(ttl)
+        keys = [k for k, _, _ in groups]
+        args: list[bytes | str | int | float] = [
+            repr(now),
+            repr(now),
+            px,
+            *(b"".join(f) for _, f, _ in groups),
+        ]
+        self._scripts([(MARK_WRITE, keys, args)])
 
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
@@ -451,7 +375,8 @@ class RedisIndex:
             return []
         bs = self._bs
         data, offsets = _encode(toks)
-        chain = self._chain(self._root(scope), data, offsets, wanted[-1] // bs)
+        root = self._root(scope)
+        chain = self._chain(root, data, offsets, wanted[-1] // bs)
         by_node: dict[int, list[int]] = {}
         for p in wanted:
             by_node.setdefault(p // bs, []).append(p)
@@ -459,36 +384,32 @@ class RedisIndex:
         for k, ps in by_node.items():
             # The empty partial (a mark on a block boundary) has the node's own digest as field.
             fields = [self._fields(chain[k], data, offsets, k * bs, range(p, p + 1))[0] for p in ps]
-            out.append((self._mkey(chain[k]), fields, ps))
+            out.append((self._key_of(root, b"m", chain[k]), fields, ps))
         return out
 
     def stats(self) -> IndexStats:
-        """Scans the namespace: O(keys), for diagnostics (``ResilientIndex`` reports its local index).
-        ``tokens`` counts prefix records (one a held token), ``blocks`` the nodes that have children;
-        ``entries`` is 0: entries live in record values and are not enumerable."""
+        """Scans the namespace: O(records), for diagnostics (``ResilientIndex`` reports its local
+        index). ``tokens`` counts the tokens of the stored blocks, ``blocks`` the nodes that have
+        children; ``entries`` is 0: entries live in record values and are not enumerable."""
         blocks = tokens = 0
-        for batch in self._scan(self._ns + b":n:*"):
-            pipe = self._r.pipeline(transaction=False)
-            for key in batch:
-                pipe.hlen(key)
-                pipe.hexists(key, "~")
-            got = pipe.execute()
-            blocks += len(batch)
-            tokens += sum(int(got[i]) - int(bool(got[i + 1])) for i in range(0, len(got), 2))
+        for key in self._r.scan_iter(match=self._ns + b":{*}:n:*", count=1000):
+            blocks += 1
+            for m in self._r.zrange(key, 0, -1):
+                end = 0
+                while m[end] >= 0x80:
+                    end += _GROUP
+                tokens += end // _GROUP
         return IndexStats(entries=0, tokens=tokens, blocks=blocks)
 
     def clear(self) -> None:
-        for batch in self._scan(self._ns + b":*"):
+        batch: list[bytes] = []
+        for key in self._r.scan_iter(match=self._ns + b":{*}:*", count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                self._r.unlink(*batch)
+                batch = []
+        if batch:
             self._r.unlink(*batch)
-
-    def _scan(self, pattern: bytes) -> Iterable[list[bytes]]:
-        cursor: int = 0
-        while True:
-            cursor, keys = self._r.scan(cursor, match=pattern, count=1000)
-            if keys:
-                yield [k if isinstance(k, bytes) else k.encode() for k in keys]
-            if cursor == 0:
-                return
 
     def ping(self) -> bool:
         return bool(self._r.ping())

@@ -1,0 +1,179 @@
+"""The Lua scripts of ``RedisIndex`` (layout: see ``redis.py``), run atomically inside Redis.
+
+A node's children are the members of one sorted set, all of score 0 so that they sort by bytes:
+``groups ‖ 0x00 ‖ "last_seen tokens entry_id"``, one 4-byte group a token (its first byte has the
+high bit set, so the 0x00 terminator sorts a block before every block it is a prefix of). The
+member that shares the most tokens with a query block is therefore one of the query's two
+neighbours in that order, and the members sharing a given number of tokens with it are a
+contiguous run around it: ``ZRANGEBYLEX`` finds both in O(log n). Every key a script touches is
+in its KEYS, all of one scope (one hash slot), so the scripts also run on a Redis Cluster.
+Redis runs Lua 5.1: no integer division, no ``goto``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["LOOKUP", "MARK_WRITE", "WRITE", "Script"]
+
+_COMMON = r"""
+local function groups_shared(q, m)
+  -- The largest g such that the first 4g bytes agree (binary search: string compares run in C).
+  local lo, hi = 0, math.floor(math.min(#q, #m) / 4)
+  while lo < hi do
+    local mid = math.floor((lo + hi + 1) / 2)
+    if string.sub(q, 1, 4 * mid) == string.sub(m, 1, 4 * mid) then lo = mid else hi = mid - 1 end
+  end
+  return lo
+end
+
+local function value_of(m)
+  -- The value after the terminator: the first group whose first byte lacks the high bit.
+  local at = 1
+  while string.byte(m, at) >= 128 do at = at + 4 end
+  return string.sub(m, at + 1)
+end
+
+local function when(v) return tonumber(string.match(v, '^%S+')) end
+"""
+
+# KEYS: the nodes of the query's blocks, in order. ARGV: live threshold, a full block's length in
+# bytes, how many members to look at on each side, then the query's groups per key. Walks the full
+# blocks held exactly, then looks around the query inside the block where the walk stops (and
+# inside the first walked block that is no longer live). Returns {values of the walked blocks,
+# {shared groups, value of the newest member sharing them, shared groups of the best live one}
+# at the stop (or false), index of the first dead walked block (0: none), its live groups}.
+LOOKUP_SOURCE = (
+    _COMMON
+    + r"""
+local t, full, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local function around(key, q)
+  local held, best, newest, live = 0, false, -math.huge, 0
+  local up = redis.call('ZRANGEBYLEX', key, '[' .. q, '+', 'LIMIT', 0, 1)[1]
+  local down = redis.call('ZREVRANGEBYLEX', key, '(' .. q, '-', 'LIMIT', 0, 1)[1]
+  if up then held = groups_shared(q, up) end
+  if down then held = math.max(held, groups_shared(q, down)) end
+  if held == 0 then return {0, false, 0} end
+  for side = 1, 2 do
+    local offset, batch, seen, done = 0, 8, 0, false
+    while not done and seen < cap do
+      local got
+      if side == 1 then
+        got = redis.call('ZRANGEBYLEX', key, '[' .. q, '+', 'LIMIT', offset, batch)
+      else
+        got = redis.call('ZREVRANGEBYLEX', key, '(' .. q, '-', 'LIMIT', offset, batch)
+      end
+      for i = 1, #got do
+        local m = got[i]
+        local shared = groups_shared(q, m)
+        -- Shared groups only shrink away from the query: past this, nothing can improve.
+        if shared < held and shared <= live then done = true; break end
+        local v = value_of(m)
+        local w = when(v)
+        if shared == held and w > newest then best, newest = v, w end
+        if w >= t and shared > live then live = shared end
+        seen = seen + 1
+      end
+      if #got < batch then done = true end
+      offset, batch = offset + #got, math.min(batch * 4, cap)
+    end
+  end
+  return {held, best, live}
+end
+
+local walked, dead, stop = {}, 0, false
+for k = 1, #KEYS do
+  local q = ARGV[3 + k]
+  local got = false
+  if #q == full then
+    got = redis.call('ZRANGEBYLEX', KEYS[k], '[' .. q .. '\0', '(' .. q .. '\1', 'LIMIT', 0, 1)[1]
+  end
+  if not got then stop = around(KEYS[k], q); break end
+  local v = string.sub(got, #q + 2)
+  walked[#walked + 1] = v
+  if dead == 0 and when(v) < t then dead = k end
+end
+local dead_live = 0
+if dead > 0 then dead_live = around(KEYS[dead], ARGV[3 + dead])[3] end
+return {walked, stop, dead, dead_live}
+"""
+)
+
+# KEYS: nodes. ARGV: value, now, expiry ms, retention s, sweep threshold, then the member groups per
+# key. A member is replaced only by a write at least as recent (skewed replica clocks cannot age
+# a prefix). Key expiry is garbage collection: set to the retention, never shortened. A node that
+# keeps getting new children (a shared system prompt) is swept of children older than the
+# retention whenever it doubles past the threshold (amortised O(1) a write); the size after the
+# last sweep is kept in the member 0x00 "~" (it sorts before every block and shares nothing).
+WRITE_SOURCE = (
+    _COMMON
+    + r"""
+local value, now, px = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local oldest, limit = now - tonumber(ARGV[4]), tonumber(ARGV[5])
+for k, key in ipairs(KEYS) do
+  local g = ARGV[5 + k]
+  local old = redis.call('ZRANGEBYLEX', key, '[' .. g .. '\0', '(' .. g .. '\1', 'LIMIT', 0, 1)[1]
+  if not old or when(string.sub(old, #g + 2)) <= now then
+    -- Add before removing: a set emptied for a moment would lose its key's longer expiry.
+    redis.call('ZADD', key, 0, g .. '\0' .. value)
+    if old and old ~= g .. '\0' .. value then redis.call('ZREM', key, old) end
+    if limit > 0 and not old then
+      local size = redis.call('ZCARD', key)
+      local mark = redis.call('ZRANGEBYLEX', key, '[\0~', '(\0\127', 'LIMIT', 0, 1)[1]
+      local last = 0
+      if mark then last = tonumber(string.sub(mark, 3)) end
+      if size > limit and size > 2 * last then
+        local dead = {}
+        for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+          if string.byte(m, 1) >= 128 and when(value_of(m)) < oldest then dead[#dead + 1] = m end
+        end
+        for i = 1, #dead, 1000 do
+          redis.call('ZREM', key, unpack(dead, i, math.min(i + 999, #dead)))
+        end
+        if mark then redis.call('ZREM', key, mark) end
+        redis.call('ZADD', key, 0, '\0~' .. (size - #dead))
+      end
+    end
+  end
+  local pttl = redis.call('PTTL', key)
+  if pttl >= -1 and pttl < px then redis.call('PEXPIRE', key, px) end
+end
+return 0
+"""
+)
+
+# Marks (cache writes at exact positions): KEYS: mark hashes; ARGV: value (a timestamp), now,
+# expiry ms, then per key its 8-byte fields concatenated. Never moves a mark back in time.
+MARK_WRITE_SOURCE = r"""
+local value, now, px = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+for k, key in ipairs(KEYS) do
+  local blob, fields = ARGV[3 + k], {}
+  for i = 1, #blob, 8 do fields[#fields + 1] = string.sub(blob, i, i + 7) end
+  local old = redis.call('HMGET', key, unpack(fields))
+  local args = {}
+  for i = 1, #fields do
+    if not old[i] or tonumber(old[i]) <= now then
+      args[#args + 1] = fields[i]
+      args[#args + 1] = value
+    end
+  end
+  if #args > 0 then redis.call('HSET', key, unpack(args)) end
+  local pttl = redis.call('PTTL', key)
+  if pttl >= -1 and pttl < px then redis.call('PEXPIRE', key, px) end
+end
+return 0
+"""
+
+
+class Script:
+    """A script's source and SHA-1 (what EVALSHA names it by)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+
+LOOKUP = Script(LOOKUP_SOURCE)
+WRITE = Script(WRITE_SOURCE)
+MARK_WRITE = Script(MARK_WRITE_SOURCE)
