@@ -31,6 +31,10 @@ collection only: each write sets the key's expiry to the scope's TTL plus
 Inside one node, a lookup looks at up to ``scan_limit`` children on each side of the query for the
 newest (and the newest live) one among those sharing its longest prefix: the held prefix is always
 exact; past that many siblings sharing as many tokens, the age and liveness come from the nearest.
+
+This module is long because the key layout, the member encoding (hashing, keystream, mask) and
+the client that builds the script calls from them only make sense together; the scripts
+themselves are in redis_scripts.py.
 """
 
 from __future__ import annotations
