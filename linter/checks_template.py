@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from collections.abc import Iterator
 
@@ -16,6 +18,9 @@ from .vocab import ISO_DATETIME, RFC_DATETIME, words
 
 _VOLATILE_CODE = {"timestamp": "CW101", "unique-id": "CW102", "random": "CW103"}
 _ITEMS_FIX = {"items": "|dictsort", "keys": "|dictsort|map('first')", "values": "|dictsort|map('last')"}
+_HISTORY_WORDS = frozenset(
+    {"message", "messages", "msg", "history", "turn", "conversation", "calls", "results"}
+)
 _MAPPING_ORDER = {"what": "mapping", "order": "insertion order", "remedy": "`|dictsort`"}
 _ROLE_LINE = re.compile(
     r"^[ \t]*(?:#+[ \t]*)?<?\|?(system|developer|user|assistant|human|ai)\|?>?[ \t]*:?[ \t]*$", re.I | re.M
@@ -38,7 +43,10 @@ def system_ranges(text: str, whole: bool, scan: Scan) -> list[tuple[int, int]]:
 def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, int]]) -> Iterator[Hit]:
     pieces = scan.pieces
     static_tokens = [
-        ctx.tokens(p.text) if p.static and not p.conditional and p.text.strip() else 0 for p in pieces
+        (_include_tokens(ctx, p.include) if p.include else ctx.tokens(p.text))
+        if p.static and not p.conditional and (p.include or p.text.strip())
+        else 0
+        for p in pieces
     ]
     # after[i]: unconditional static tokens after piece i: what a change at piece i re-prefills.
     after = [0] * (len(pieces) + 1)
@@ -48,9 +56,33 @@ def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, 
     yield from _literals(text, pieces)
     yield from _serialisation(ctx, scan)
     for loop in scan.loops:
-        yield from _loop(loop)
+        yield from _loop(loop, scan.literal_mappings)
     yield from _structure(ctx, pieces, after, system)
     yield from _size(ctx, pieces, static_tokens)
+
+
+def _include_tokens(ctx: Context, name: str) -> int:
+    """Tokens of an included template, looked up beside this one and in the folders above it; one
+    that cannot be found still counts as static text (the least that makes a value before it matter)."""
+    text = _included_text(os.path.dirname(os.path.abspath(ctx.source.path)), name)
+    return ctx.tokens(text) if text is not None else limits.VOLATILE_TAIL_TOKENS
+
+
+@functools.lru_cache(maxsize=256)
+def _included_text(folder: str, name: str) -> str | None:
+    if name in ("", "?") or os.path.isabs(name):
+        return None
+    current = folder
+    for _ in range(4):
+        candidate = os.path.join(current, name)
+        if os.path.isfile(candidate) and os.path.getsize(candidate) < 2**20:
+            try:
+                with open(candidate, encoding="utf-8") as fh:
+                    return fh.read()
+            except (OSError, UnicodeDecodeError):
+                return None
+        current = os.path.dirname(current)
+    return None
 
 
 def _volatile(pieces: list[Piece], after: list[int]) -> Iterator[Hit]:
@@ -83,7 +115,7 @@ def _serialisation(ctx: Context, scan: Scan) -> Iterator[Hit]:
         yield Hit("CW201", use.start, use.end, {"value": use.name})
 
 
-def _loop(loop: Loop) -> Iterator[Hit]:
+def _loop(loop: Loop, literal_mappings: set[str]) -> Iterator[Hit]:
     it = loop.node.iter
     if sorted_chain(it):
         return
@@ -96,14 +128,20 @@ def _loop(loop: Loop) -> Iterator[Hit]:
         base, method = it.node, "items"
     if base is not None:
         name = dotted(base) or "mapping"
+        if name in literal_mappings:
+            return  # `{% set m = {...} %}` in this template: its order is the one written here
         edits: tuple[Edit, ...] = ()
         if loop.iter_start >= 0 and dotted(base) is not None:
             edits = (Edit(start, end, f"{name}{_ITEMS_FIX[method]}"),)
         args = {"value": loop.iter_text or name, "method": method, **_MAPPING_ORDER}
-        yield Hit("CW202", start, end, args, edits)
+        # Insertion order is stable when the same code builds the mapping: without its origin in
+        # sight this is a question, not a verdict.
+        yield Hit("CW202", start, end, args, edits, severity="info")
         return
     tools = dotted(it)
-    if tools and set(words(tools.split(".")[-1])) & {"tools", "tool", "functions"}:
+    parts = [w for part in (tools or "").split(".") for w in words(part)]
+    # `agent.tools`, `functions`; not `message.tool_calls` (the history's calls, in the order made).
+    if tools and parts[-1] in ("tools", "functions") and not set(parts) & _HISTORY_WORDS:
         edits = (
             (Edit(start, end, f"{loop.iter_text}|sort(attribute='name')"),) if loop.iter_start >= 0 else ()
         )

@@ -79,10 +79,16 @@ def _template_hits(ctx: Context, text: str, strict: bool, whole_system: bool, wh
     try:
         scan = scan_template(text)
     except jinja2.TemplateSyntaxError as exc:
-        if strict:
+        dialect = "unknown tag" in (exc.message or "")
+        if strict and not dialect:
             raise FileError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from exc
-        # Plain text that only looks like Jinja ("{%" in an example): all of it is static.
+        # Plain text that only looks like Jinja ("{%" in an example), or a dialect with tags of its
+        # own (an extension's): read as text, all of it static, and say so for a real template.
         scan = Scan(pieces=[Piece(True, 0, len(text), text=text)])
+        if strict:
+            at = ctx.source.line_start(exc.lineno or 1)
+            tag = (exc.message or "").split("'")[1] if "'" in (exc.message or "") else "?"
+            yield Hit("CW501", at, at, {"tag": tag})
     yield from check_template(ctx, text, scan, system_ranges(text, whole_system, scan))
 
 

@@ -40,7 +40,7 @@ REASONS = frozenset(
         "unexplained",
     }
 )
-CATEGORIES = {"1": "volatile-values", "2": "serialization", "3": "structure", "4": "size"}
+CATEGORIES = {"1": "volatile-values", "2": "serialization", "3": "structure", "4": "size", "5": "reading"}
 DOC_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "Use instead:", "## Fix safety")
 _CODE = re.compile(r"^CW[1-9]\d\d$")
 _NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -133,7 +133,7 @@ def parse_rule(raw: object, where: str) -> Rule:
         )
     code, name = _str(raw, "code", where), _str(raw, "name", where)
     if not _CODE.match(code) or code[2] not in CATEGORIES:
-        raise _fail(where, f"code {code!r} must be CW + 3 digits in a known category (1xx-4xx)")
+        raise _fail(where, f"code {code!r} must be CW + 3 digits in a known category (1xx-5xx)")
     if not _NAME.match(name):
         raise _fail(where, f"name {name!r} must be kebab-case")
     if raw["reason"] not in REASONS:

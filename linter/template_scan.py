@@ -16,7 +16,12 @@ from jinja2 import nodes
 from .frequency import Frequency, of_format, of_name
 from .vocab import STRFTIME, Volatile, classify_call, classify_name, is_per_request, is_per_user, words
 
-_ENV = jinja2.Environment(keep_trailing_newline=True, autoescape=False)
+# The extensions real projects enable (`{% do %}`, `{% break %}`, `{% trans %}`) parse as Jinja.
+_ENV = jinja2.Environment(
+    keep_trailing_newline=True,
+    autoescape=False,
+    extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols", "jinja2.ext.i18n", "jinja2.ext.debug"],
+)
 SORT_FILTERS = frozenset({"sort", "dictsort"})
 _FOR_TAG = re.compile(r"\{%[-+]?\s*for\b(?P<body>.*?)[-+]?%\}", re.S)
 _FOR_ITER = re.compile(r"\bin\s+(?P<iter>.+?)\s*(?:\bif\b.*|\brecursive\s*)?$", re.S)
@@ -36,6 +41,7 @@ class Piece:
     per_user: str = ""
     conditional: bool = False  # static text whose presence depends on per-request data
     frequency: Frequency = "request"  # how often a volatile value changes
+    include: str = ""  # `{% include "name" %}`: static text from another file ("?" when not a literal)
 
 
 @dataclass(slots=True)
@@ -64,6 +70,7 @@ class Scan:
     loops: list[Loop] = field(default_factory=list)
     json_uses: list[JsonUse] = field(default_factory=list)
     system_blocks: list[tuple[int, int]] = field(default_factory=list)
+    literal_mappings: set[str] = field(default_factory=set)  # `{% set m = {...} %}`: ordered as written
 
 
 def dotted(node: nodes.Node) -> str | None:
@@ -110,6 +117,9 @@ class _Scanner:
         self.scan = Scan()
         self.aliases: dict[str, Volatile] = {}
         self.request_aliases: set[str] = set()
+        # Loop variables over data that is not per request (`tool` in `tools`): `tool.input_schema`
+        # is the tool's, not the request's input.
+        self.static_aliases: set[str] = set()
         self._candidates: list[tuple[Volatile, str]] = []
 
     def locate(self, word: str, lineno: int) -> tuple[int, int]:
@@ -155,7 +165,8 @@ class _Scanner:
                 found = self.aliases.get(name.split(".")[0]) or classify_name(name)
                 if is_per_user(name) and not piece.per_user:
                     piece.per_user = name
-                if is_per_request(name) or name.split(".")[0] in self.request_aliases:
+                head = name.split(".")[0]
+                if head in self.request_aliases or (is_per_request(name) and head not in self.static_aliases):
                     piece.per_request = True
                 if isinstance(node, nodes.Getattr):
                     stack = [n for n in stack if not _inside(n, node)]
@@ -241,12 +252,20 @@ class _Scanner:
                     self.aliases[target.name] = volatile
                 if value.per_request:
                     self.request_aliases.add(target.name)
+                if isinstance(node.node, nodes.Dict):
+                    self.scan.literal_mappings.add(target.name)
         elif isinstance(node, nodes.Block):
             start = self.cursor
             self.body(node.body, conditional)
             if "system" in words(node.name) or "instructions" in words(node.name):
                 self.scan.system_blocks.append((start, self.cursor))
-        elif isinstance(node, nodes.Macro | nodes.Extends | nodes.Include | nodes.Import | nodes.FromImport):
+        elif isinstance(node, nodes.Include):
+            # The included file is static text of this prompt (read where it can be found).
+            name = node.template.value if isinstance(node.template, nodes.Const) else ""
+            self.skip_tag()
+            at = self.cursor
+            self.scan.pieces.append(Piece(True, at, at, include=str(name) or "?", conditional=conditional))
+        elif isinstance(node, nodes.Macro | nodes.Extends | nodes.Import | nodes.FromImport):
             return  # definitions and other files: linted where they live
         else:
             for attr in ("body", "else_"):
@@ -278,6 +297,8 @@ class _Scanner:
         ):
             if source.per_request:
                 self.request_aliases.add(target.name)
+            else:
+                self.static_aliases.add(target.name)
         self.body(node.body, varies)
         self.body(node.else_, varies)
 

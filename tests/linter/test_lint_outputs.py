@@ -155,3 +155,23 @@ def test_markdown_hard_line_break_is_not_trailing_whitespace() -> None:
 
     assert [f.code for f in lint_source("a.md", "line one  \nline two \n")] == ["CW206"]
     assert [f.code for f in lint_source("a.txt", "line one  \n")] == ["CW206"]
+
+
+def test_include_is_static_text_read_beside_the_template(project: Path, run: Run) -> None:
+    (project / "policy.md").write_text(LONG)
+    (project / "system.j2").write_text("Now: {{ now() }}\n{% include 'policy.md' %}\n")
+    (project / "end.j2").write_text("{% include 'policy.md' %}\nNow: {{ now() }}\n")
+    _code, out, _ = run("--format", "json", "system.j2", "end.j2")
+    (finding,) = as_json(out)["findings"]
+    assert finding["path"] == "system.j2" and "56 tokens" in finding["message"]  # LONG's, not 5
+
+
+def test_loop_variables_over_static_tools_are_not_per_request() -> None:
+    from cachewarden.linter.engine import lint_source
+
+    text = "{% for tool in tools|sort(attribute='name') %}{{ tool.input_schema }} {{ tool.prompt }}\n"
+    text += "{% endfor %}"
+    assert [f.code for f in lint_source("t.j2", text + LONG * 10)] == []
+    assert [f.code for f in lint_source("t.j2", text.replace("tool.prompt", "task.prompt") + LONG * 10)] == [
+        "CW301"
+    ]
