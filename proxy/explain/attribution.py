@@ -42,7 +42,7 @@ from cachewarden.proxy.engine.cache_model import TokenStream
 from cachewarden.proxy.engine.prompt import Prompt
 
 from .cache_limits import COLD_DETAIL, expired_prefix, folds_into_change, is_cold, limit_detail, model_limits
-from .formats import comparable
+from .formats import comparable, rendering_divergence
 from .history import history_findings
 from .model_params import image_finding, model_and_param_findings
 from .structure import Finding, Pair, block_findings, next_index, tool_findings
@@ -128,11 +128,17 @@ def find_divergence(
     With both token streams, two request formats of one provider (Chat and Responses) are compared
     on what they render (``formats.comparable``).
     """
+    rendered = None
     if previous_tp is not None and next_tp is not None:
+        rendered = rendering_divergence(previous, previous_tp, next, next_tp)
         previous, next = comparable(previous, previous_tp, next, next_tp)
     prev, cur = previous.segments, next.segments
     n = min(len(prev), len(cur))
     index = next_index(prev, cur)
+    if rendered is not None and rendered.index < min(index, n):
+        # Same content, rendered differently by the two endpoints from this segment on.
+        path = cur[rendered.index].path if rendered.index < len(cur) else prev[rendered.index].path
+        return Divergence(index=rendered.index, segment=path, offset=0, previous_offset=0)
     if index >= n:
         return None
     a, b = prev[index], cur[index]
@@ -251,6 +257,12 @@ def _findings(pair: Pair) -> list[Finding]:
             )
             others = [merged if f is params else f for f in others]
     everything = content + others
+    rendered = rendering_divergence(pair.prev, pair.ptp, pair.cur, pair.ntp)
+    if rendered is not None and not any(f.position <= rendered.position for f in everything):
+        # Chat vs Responses: the one real difference is how the endpoints render the same content.
+        at = pair.cur.segments[rendered.index] if rendered.index < len(pair.cur.segments) else None
+        path = at.path if at is not None else pair.prev.segments[rendered.index].path
+        everything.insert(0, Finding("content-changed", path, 0, rendered.position, rendered.detail))
     if not everything:
         return []
     by_position = sorted(everything, key=lambda f: f.position)
