@@ -172,6 +172,5 @@ def test_loop_variables_over_static_tools_are_not_per_request() -> None:
     text = "{% for tool in tools|sort(attribute='name') %}{{ tool.input_schema }} {{ tool.prompt }}\n"
     text += "{% endfor %}"
     assert [f.code for f in lint_source("t.j2", text + LONG * 10)] == []
-    assert [f.code for f in lint_source("t.j2", text.replace("tool.prompt", "task.prompt") + LONG * 10)] == [
-        "CW301"
-    ]
+    per_request = text.replace("tool.prompt", "task.prompt") + LONG * 10
+    assert "CW301" in [f.code for f in lint_source("t.j2", per_request)]
