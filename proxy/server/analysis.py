@@ -28,6 +28,7 @@ from cachewarden.proxy.explain.provider_diagnosis import compare
 from .hooks import Flow
 from .live_rules import LiveRules
 from .metrics import Metrics
+from .transforms.diagnostics import SCOPE_KEY, conversation_key, previous_messages
 
 # Responses API: how many response ids the proxy remembers for ``previous_response_id`` chains.
 _CHAIN_ENTRIES = 2_000
@@ -163,6 +164,11 @@ class EngineAnalyzer:
             self.calibration.observe(
                 flow.tenant, analysis.prompt, analysis.tokenized, usage.input_total, analysis.info.exact
             )
+        message_id = flow.metadata.get("message_id")
+        if flow.provider == "anthropic" and isinstance(message_id, str):
+            # The scope's latest message: what --anthropic-diagnostics names as the previous one.
+            scope = flow.metadata.get(SCOPE_KEY) or conversation_key(analysis.prompt)
+            previous_messages(self.engine).remember(flow.tenant, scope, message_id)
         diagnostics = flow.metadata.get("diagnostics")
         if flow.provider == "anthropic" and diagnostics:
             # Anthropic's own diagnosis (the response carried the field): beside our first reason.

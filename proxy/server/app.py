@@ -30,6 +30,7 @@ import httpx
 from cachewarden.proxy.engine.adapters import load_body
 from cachewarden.proxy.engine.errors import RequestError
 from cachewarden.proxy.engine.usage import Provider, UsageTracker
+from cachewarden.proxy.server.transforms.diagnostics import STRIP_DIAGNOSTICS, diagnostics_editor
 from cachewarden.proxy.server.transforms.optimize import STRIP_USAGE_CHUNK
 from cachewarden.proxy.server.transforms.usage_stream import identity_encoding, stream_editor
 from starlette.applications import Starlette
@@ -42,6 +43,7 @@ from starlette.types import Message, Receive, Scope, Send
 from .analysis_queue import AnalysisQueue
 from .config import Settings
 from .forward import (
+    ChunkEditor,
     Family,
     RelayResponse,
     StreamBroken,
@@ -259,12 +261,13 @@ class Proxy:
             return
         flow.timings.received = time.perf_counter()
         headers = request_headers(list(scope["headers"]))
-        if self.rewriter is not None and flow.analysed and self.settings.mode != "observe":
+        rewrites = self.settings.mode != "observe" or self.settings.anthropic_diagnostics
+        if self.rewriter is not None and flow.analysed and rewrites:
             # Analyzers see the body as forwarded (hooks.Analyzer.request).
             flow.request_body = await anyio.to_thread.run_sync(
                 call_rewriter, self.rewriter, flow, self.metrics
             )
-            if flow.metadata.get(STRIP_USAGE_CHUNK):
+            if flow.metadata.get(STRIP_USAGE_CHUNK) or flow.metadata.get(STRIP_DIAGNOSTICS):
                 headers = identity_encoding(headers)  # the relay edits this stream: no compression
 
         sent, request_done = anyio.Event(), anyio.Event()
@@ -343,7 +346,8 @@ class Proxy:
             tracker = UsageTracker(
                 flow.provider, upstream.headers.get("content-type"), upstream.headers.get("content-encoding")
             )
-        editor = stream_editor(flow, upstream.status_code, upstream.headers)
+        editor: ChunkEditor | None = stream_editor(flow, upstream.status_code, upstream.headers)
+        editor = editor or diagnostics_editor(flow, upstream.status_code, upstream.headers)
         response = RelayResponse(
             relay(upstream, flow, tracker, editor),
             upstream.status_code,
@@ -351,6 +355,9 @@ class Proxy:
         )
         # Assigned raw: a mapping would merge repeated headers such as Set-Cookie.
         response.raw_headers = response_headers(upstream.headers.raw)
+        if getattr(editor, "drops_length", False):
+            # The body is edited whole (transforms/diagnostics.py): its length is the relay's to set.
+            response.raw_headers = [(k, v) for k, v in response.raw_headers if k.lower() != b"content-length"]
         try:
             await response(scope, receive, send)
         except StreamBroken:

@@ -8,6 +8,9 @@ Named OpenAI-compatible upstreams exist only in the file::
       vllm: {url: "http://10.0.0.5:8000", tokenizer: /models/qwen/tokenizer.json}
 
 Any problem is a ``ConfigError`` with a one-line message; the command turns it into exit 2.
+
+This module is long because each setting is declared here once with its parser and its flag, side
+by side, so that flags, environment and file cannot drift apart (an assert checks the parsers).
 """
 
 from __future__ import annotations
@@ -91,6 +94,9 @@ class Settings:
     # OpenTelemetry export (spans + metrics over OTLP/HTTP, beside /metrics); the exporter itself is
     # configured by the standard OTEL_* environment variables (server/otel_config.py).
     otel: bool = False
+    # Ask Anthropic why requests miss (``diagnostics.previous_message_id``, added by the proxy and
+    # removed from the response); on by default in optimize mode. transforms/diagnostics.py.
+    anthropic_diagnostics: bool = False
 
 
 # -- value parsers: raw (str from flag/env, any from file) -> typed, or ConfigError -------------------
@@ -271,6 +277,7 @@ _PARSERS: dict[str, Callable[[str, object], object]] = {
     "analysis_workers": parse_positive_int,
     "analysis_backlog": parse_positive_int,
     "otel": parse_bool,
+    "anthropic_diagnostics": parse_bool,
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"
 
@@ -372,6 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests waiting for analysis before new ones skip it (default 256)",
     )
     add("--otel", action="store_const", const=True, help="also export OTLP spans + metrics (OTEL_* env)")
+    add(
+        "--anthropic-diagnostics",
+        action="store_const",
+        const=True,
+        help="add Anthropic's cache diagnostics to Messages requests, hide them from the client",
+    )
     return p
 
 

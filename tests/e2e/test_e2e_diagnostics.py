@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 from cachewarden.proxy.cli.proxy import build
 from cachewarden.proxy.emulator.app import create_app as create_emulator
@@ -102,3 +103,40 @@ def test_provider_diagnosis_is_read_and_compared(proxy_url: str) -> None:
         extra_body={"diagnostics": {"previous_message_id": "msg_01unknown"}},
     )
     _wait(proxy_url, "previous_message_not_found", "false", 1)
+
+
+def test_the_proxy_asks_for_diagnostics_and_hides_them(tmp_path: Any) -> None:
+    """--anthropic-diagnostics: the proxy adds previous_message_id itself; the client never sees it."""
+    with (
+        serving(create_emulator(), "emulator") as emulator,
+        serving(
+            build(Settings(anthropic_upstream=emulator.url, anthropic_diagnostics=True)), "proxy"
+        ) as proxy,
+    ):
+        headers = {"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"}
+        turn: list[Any] = [{"role": "user", "content": "Where is record 7?"}]
+        body: dict[str, Any] = {"model": MODEL, "max_tokens": 32, "system": POLICY, "tools": TOOLS}
+        first = httpx.post(proxy.url + "/v1/messages", json={**body, "messages": turn}, headers=headers)
+        assert first.status_code == 200 and "diagnostics" not in first.json()
+        # The first response must be analysed (its id remembered) before the next request is rewritten.
+        _wait(proxy.url, "none", "true", 1)
+        grown = [
+            *turn,
+            {"role": "assistant", "content": first.json()["content"]},
+            {"role": "user", "content": "8?"},
+        ]
+        edited = {**body, "system": POLICY + "\nRule 999: be brief.", "messages": grown}
+        second = httpx.post(proxy.url + "/v1/messages", json=edited, headers=headers)
+        assert second.status_code == 200 and "diagnostics" not in second.json()
+        assert "content-length" not in second.headers or int(second.headers["content-length"]) == len(
+            second.content
+        )
+        _wait(proxy.url, "system_changed", "true", 1)
+        with httpx.stream(
+            "POST", proxy.url + "/v1/messages", json={**edited, "stream": True}, headers=headers
+        ) as streamed:
+            raw = b"".join(streamed.iter_raw())
+        assert b"message_start" in raw and b"diagnostics" not in raw
+        client = anthropic.Anthropic(base_url=proxy.url, api_key="sk-ant-test")
+        reply = client.messages.create(model=MODEL, max_tokens=32, system=POLICY, tools=TOOLS, messages=grown)
+        assert reply.diagnostics is None

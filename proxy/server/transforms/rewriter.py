@@ -22,6 +22,7 @@ from cachewarden.proxy.server.hooks import Flow
 from cachewarden.proxy.server.metrics import Metrics
 
 from .canonicalize import Transform, canonicalize, loads_strict, select
+from .diagnostics import DiagnosticsInjector
 from .optimize import STRIP_USAGE_CHUNK, Optimizer
 
 
@@ -51,6 +52,7 @@ class CacheRewriter:
         mode: Mode = "canonicalize",
         unsafe: Iterable[str] = (),
         optimizer: Optimizer | None = None,
+        diagnostics: DiagnosticsInjector | None = None,
     ) -> None:
         if mode == "optimize" and optimizer is None:
             raise ValueError("optimize mode needs an Optimizer")
@@ -58,9 +60,13 @@ class CacheRewriter:
         self.mode = mode
         self.transforms: tuple[Transform, ...] = select(unsafe)
         self.optimizer = optimizer if mode == "optimize" else None
+        # --anthropic-diagnostics: the one change made in observe mode too (asked for explicitly).
+        self.diagnostics = diagnostics
 
     def rewrite(self, flow: Flow) -> bytes | None:
-        if self.mode == "observe" or not flow.analysed or flow.provider is None:
+        if not flow.analysed or flow.provider is None:
+            return None
+        if self.mode == "observe" and self.diagnostics is None:
             return None
         body = parse_body(flow.request_body)
         if body is None:
@@ -68,9 +74,11 @@ class CacheRewriter:
         model = body.get("model")
         if isinstance(model, str):
             flow.model = model  # labels this request's counters, an error in a transform included
-        applied = canonicalize(body, flow.provider, self.transforms)
+        applied = [] if self.mode == "observe" else canonicalize(body, flow.provider, self.transforms)
         if self.optimizer is not None:
             applied += self.optimizer.apply(body, flow)
+        if self.diagnostics is not None:
+            applied += self.diagnostics.apply(body, flow)
         if not applied:
             return None
         out = dump_body(body)
@@ -86,10 +94,20 @@ class CacheRewriter:
 
 
 def build_rewriter(settings: Settings, metrics: Metrics, engine: Engine) -> CacheRewriter | None:
-    """The rewriter of a running proxy: None in observe mode (bytes are forwarded unchanged)."""
-    if settings.mode == "observe":
+    """The rewriter of a running proxy: None in observe mode (bytes are forwarded unchanged), unless
+    ``--anthropic-diagnostics`` asks for that one change; optimize mode adds diagnostics by itself."""
+    diagnostics = (
+        DiagnosticsInjector(engine) if settings.anthropic_diagnostics or settings.mode == "optimize" else None
+    )
+    if settings.mode == "observe" and diagnostics is None:
         return None
     optimizer = (
         Optimizer(engine, session_header=settings.session_header) if settings.mode == "optimize" else None
     )
-    return CacheRewriter(metrics, mode=settings.mode, unsafe=settings.unsafe_transforms, optimizer=optimizer)
+    return CacheRewriter(
+        metrics,
+        mode=settings.mode,
+        unsafe=settings.unsafe_transforms,
+        optimizer=optimizer,
+        diagnostics=diagnostics,
+    )
