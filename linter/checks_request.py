@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from .context import Context
 from .findings import Edit, Hit
-from .frequency import message_args
+from .frequency import message_args, severity
+from .literals import find_literal
 from .tree import Node
-from .vocab import find_literal
 
 _VOLATILE_CODE = {"timestamp": "CW101", "unique-id": "CW102"}
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -131,13 +131,12 @@ def _locate(node: Node, value: str, source_text: str) -> tuple[int, int]:
 def _volatile_literals(node: Node, source_text: str) -> Iterator[Hit]:
     for string in _strings(node):
         found = find_literal(string.value)
-        if found is None or found[0] not in _VOLATILE_CODE:
+        if found is None or found.kind not in _VOLATILE_CODE:
             continue
-        kind, a, b = found
-        literal = string.value[a:b]
+        literal = string.value[found.start : found.end]
         start, end = _locate(string, literal, source_text)
-        args = {"value": literal, **message_args("request", "all following")}
-        yield Hit(_VOLATILE_CODE[kind], start, end, args)
+        args = {"value": literal, **message_args(found.frequency, "all following")}
+        yield Hit(_VOLATILE_CODE[found.kind], start, end, args, severity=severity(found.frequency))
 
 
 def _schema_order(schema: Node, source_text: str, fixable: bool) -> Iterator[Hit]:
@@ -204,15 +203,26 @@ def _breakpoints(ctx: Context, root: Node, tools: list[Node]) -> Iterator[Hit]:
         for key, key_start, _ in block.node.members:
             if key == "cache_control":
                 marks.append((index, block, key_start))
-    for n, (_, block, at) in enumerate(marks):
+    for n, (index, block, at) in enumerate(marks):
         end = at + len('"cache_control"')
+        if rules.min_tokens > 0:
+            prefix = ctx.tokens("\n".join(b.text for b in blocks[: index + 1]))
+            if prefix < rules.min_tokens:
+                args = {
+                    "path": block.path,
+                    "tokens": prefix,
+                    "minimum": rules.min_tokens,
+                    "model": ctx.info.model,
+                }
+                yield Hit("CW307", at, end, args)
         if n == rules.max_breakpoints:
             yield Hit("CW303", at, end, {"count": len(marks), "maximum": rules.max_breakpoints})
         if block.where in ("tools", "system"):
             found = find_literal(block.text)
-            if found is not None:
-                kind, a, b = found
-                yield Hit("CW304", at, end, {"path": block.path, "value": block.text[a:b], "kind": kind})
+            # A date read all day long repays its write; a clock or an id never does.
+            if found is not None and severity(found.frequency) is None:
+                value = block.text[found.start : found.end]
+                yield Hit("CW304", at, end, {"path": block.path, "value": value, "kind": found.kind})
         if n and marks[n][0] - marks[n - 1][0] > rules.lookback:
             yield Hit(
                 "CW306",

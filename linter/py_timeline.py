@@ -21,8 +21,7 @@ from .findings import Hit
 from .py_order import order_hits
 from .py_source import Binding, PyModule, callee
 from .py_values import Values
-from .template_scan import Piece, Scan
-from .vocab import classify_name, is_per_request, is_per_user
+from .template_scan import Piece, Scan, field_piece
 
 MAX_DEPTH = 8
 _TEXT_FUNCS = frozenset({"dedent", "cleandoc", "str"})
@@ -174,11 +173,8 @@ class Timeline:
         if arg is not None:
             self.value(arg, spec_text=spec_text)
             return
-        piece = Piece(False, start, max(start, end if end >= 0 else start + len(name) + 2), label=name)
-        piece.volatile = classify_name(name) if name else None
-        piece.per_request = bool(name) and is_per_request(name)
-        piece.per_user = name if name and is_per_user(name) else ""
-        self.scan.pieces.append(piece)
+        end = max(start, end if end >= 0 else start + len(name) + 2)
+        self.scan.pieces.append(field_piece(name, spec_text, start, end))
 
     def _call(self, node: ast.Call) -> None:
         func, name = node.func, callee(node)

@@ -322,9 +322,52 @@ def _sort_keys_kwarg(kwargs: Sequence[nodes.Node]) -> bool | None:
     return None
 
 
+def field_piece(name: str, spec: str, start: int, end: int) -> Piece:
+    """A ``str.format`` field filled later (``{question}``, ``{today:%Y-%m-%d}``), judged by its name
+    and its format spec."""
+    piece = Piece(False, start, end, label=name)
+    frequency = of_format(spec) if STRFTIME.search(spec) else None
+    piece.volatile = "timestamp" if frequency else classify_name(name) if name else None
+    if piece.volatile == "timestamp":
+        piece.frequency = frequency or of_name(name)
+    piece.per_request = bool(name) and is_per_request(name)
+    piece.per_user = name if name and is_per_user(name) else ""
+    return piece
+
+
+# `{now:%Y-%m-%d %H:%M}` in a template's text: a str.format template inside the file.
+_FORMAT_CLOCK = re.compile(r"\{(?P<name>[A-Za-z_][\w.]*)(?:![rsa])?:(?P<spec>[^{}\n]*%[A-Za-z][^{}\n]*)\}")
+
+
+def _format_fields(pieces: list[Piece]) -> list[Piece]:
+    out: list[Piece] = []
+    for piece in pieces:
+        if not piece.static or piece.include or "%" not in piece.text:
+            out.append(piece)
+            continue
+        last = 0
+        for m in _FORMAT_CLOCK.finditer(piece.text):
+            field = field_piece(
+                m.group("name"), m.group("spec"), piece.start + m.start(), piece.start + m.end()
+            )
+            if field.volatile is None:
+                continue
+            if m.start() > last:
+                out.append(_static_part(piece, last, m.start()))
+            out.append(field)
+            last = m.end()
+        out.append(_static_part(piece, last, len(piece.text)) if last else piece)
+    return out
+
+
+def _static_part(piece: Piece, a: int, b: int) -> Piece:
+    return Piece(True, piece.start + a, piece.start + b, text=piece.text[a:b], conditional=piece.conditional)
+
+
 def scan_template(text: str) -> Scan:
     """Parse with Jinja2 (raises jinja2.TemplateSyntaxError) and build the timeline."""
     tree = _ENV.parse(text)
     scanner = _Scanner(text)
     scanner.body(tree.body, False)
+    scanner.scan.pieces = _format_fields(scanner.scan.pieces)
     return scanner.scan

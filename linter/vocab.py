@@ -161,26 +161,3 @@ ISO_DATETIME = re.compile(
 RFC_DATETIME = re.compile(
     r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{1,2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}(?::\d{2})?"
 )
-# A bare date counts only after a "now" cue ("Today is 2024-05-01"): a policy date is static text.
-CUED_DATE = re.compile(
-    r"(?i:\b(?:today(?:'s date)?|current (?:date|time)|date today|the date|now|as of)\b)"
-    r"[\s:,'\"=-]*(?:is\s+)?"
-    r"(\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}/\d{2,4}|(?:January|February|March|April|May|June|July|August|"
-    r"September|October|November|December) \d{1,2}, \d{4})"
-)
-UUID = re.compile(
-    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}\b"
-)
-
-
-def find_literal(text: str) -> tuple[Volatile, int, int] | None:
-    """The first per-request literal in ``text``: a timestamp with a time of day, a cued date, a UUID."""
-    best: tuple[Volatile, int, int] | None = None
-    for kind, pattern in (("timestamp", ISO_DATETIME), ("timestamp", RFC_DATETIME), ("unique-id", UUID)):
-        m = pattern.search(text)
-        if m and (best is None or m.start() < best[1]):
-            best = (kind, m.start(), m.end())  # type: ignore[assignment]
-    m = CUED_DATE.search(text)
-    if m and (best is None or m.start(1) < best[1]):
-        best = ("timestamp", m.start(1), m.end(1))
-    return best
