@@ -20,12 +20,14 @@ from .checks_template import check_template, system_ranges
 from .checks_text import check_text
 from .context import Context
 from .findings import Hit
+from .go_template import is_go_template, scan_go
 from .py_source import PyModule
 from .template_scan import Piece, Scan, scan_template
 from .tree import Node, ParseError, parse_json, parse_yaml
 from .vocab import words
 
 STRICT_TEMPLATES = frozenset({".j2", ".jinja", ".jinja2", ".prompty"})
+GO_TEMPLATES = frozenset({".tpl", ".tmpl", ".gotmpl"})  # Go text/template, else read as Jinja
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?\r?\n)---[ \t]*\r?\n", re.S)
 _TEMPLATE_KEYS = frozenset(
     {
@@ -76,6 +78,10 @@ def _system_file(path: str) -> bool:
 
 
 def _template_hits(ctx: Context, text: str, strict: bool, whole_system: bool, where: str) -> Iterator[Hit]:
+    if os.path.splitext(where)[1].lower() in GO_TEMPLATES and is_go_template(text):
+        scan = scan_go(text)
+        yield from check_template(ctx, text, scan, system_ranges(text, whole_system, scan))
+        return
     try:
         scan = scan_template(text)
     except jinja2.TemplateSyntaxError as exc:

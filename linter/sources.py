@@ -12,7 +12,9 @@ from typing import Literal
 
 Kind = Literal["template", "json", "yaml", "python"]
 
-TEMPLATE_SUFFIXES = frozenset({".j2", ".jinja", ".jinja2", ".txt", ".md", ".prompt", ".prompty"})
+TEMPLATE_SUFFIXES = frozenset(
+    {".j2", ".jinja", ".jinja2", ".txt", ".md", ".prompt", ".prompty", ".tpl", ".tmpl", ".gotmpl"}
+)
 DATA_SUFFIXES: dict[str, Kind] = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".py": "python"}
 SKIP_DIRS = frozenset(
     {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache", ".vscode", ".idea"}

@@ -174,3 +174,10 @@ def test_loop_variables_over_static_tools_are_not_per_request() -> None:
     assert [f.code for f in lint_source("t.j2", text + LONG * 10)] == []
     per_request = text.replace("tool.prompt", "task.prompt") + LONG * 10
     assert "CW301" in [f.code for f in lint_source("t.j2", per_request)]
+
+
+def test_tpl_without_go_actions_is_read_as_jinja() -> None:
+    from cachewarden.linter.engine import lint_source
+
+    assert [f.code for f in lint_source("a.tpl", "Today is {{ now() }}.\n" + LONG)] == ["CW101"]
+    assert [f.code for f in lint_source("a.tpl", "{% for x in y %}{{ x }}\n")] == []  # not strict: no exit 2
