@@ -96,8 +96,8 @@ def check_shared_index(settings: Settings) -> None:
         missing.insert(0, "--key-salt (or --tenant-header)")
     if missing:
         raise ConfigError(
-            f"a shared --index needs {' and '.join(missing)}: the same value on every replica "
-            "(CACHEWARDEN_KEY_SALT / CACHEWARDEN_INDEX_SECRET), or replicas never see each other's prompts"
+            f"a shared --index needs {' and '.join(missing)}, the same on every replica "
+            "(e.g. from one Secret): without it replicas never predict each other's cache hits"
         )
 
 
@@ -117,23 +117,6 @@ def otel_analyzers(settings: Settings, metrics: Metrics, env: Mapping[str, str])
     upstreams = {"openai": settings.openai_upstream, "anthropic": settings.anthropic_upstream}
     upstreams.update((name, u.url) for name, u in settings.upstreams.items())
     return [OtelAnalyzer(telemetry, metrics, upstreams)]
-
-
-def check_shared_index(settings: Settings) -> None:
-    """Refuses a shared index that would silently predict wrong. Each replica hashes API keys with
-    its own random salt unless ``--key-salt`` is set, so replica B never finds the tenant replica A
-    stored (a named ``--tenant-header`` tenant needs no salt); and stored hashes are keyed by
-    ``--index-secret``. Redis' URL is never printed: it may hold a password."""
-    if settings.index.strip().lower() in ("", "memory", "memory://"):
-        return
-    missing = [] if settings.index_secret else ["--index-secret"]
-    if not settings.key_salt and not settings.tenant_header:
-        missing.insert(0, "--key-salt (or --tenant-header)")
-    if missing:
-        raise ConfigError(
-            f"a shared --index needs {' and '.join(missing)}, the same on every replica "
-            "(e.g. from one Secret): without it replicas never predict each other's cache hits"
-        )
 
 
 def build(settings: Settings, env: Mapping[str, str] | None = None) -> Starlette:
@@ -163,7 +146,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(sys.argv[1:] if argv is None else argv)
         _check_files(settings)
-        check_shared_index(settings)
         check_shared_index(settings)
         app = build(settings)
     except CachewardenError as exc:
