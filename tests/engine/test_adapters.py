@@ -107,8 +107,9 @@ def test_chat_segments_paths_kinds_and_order() -> None:
     assert seg["response_format"].name == "answer"
     assert seg["response_format"].text == orjson.dumps(CHAT_BODY["response_format"]).decode()
     assert seg["messages[2].name"].text == "alice"
-    assert (seg["messages[2].content[1]"].fixed_tokens, seg["messages[2].content[1]"].text) == (85, "")
-    assert seg["messages[2].content[2]"].fixed_tokens == 765
+    # GPT-4o mini's documented image rule (engine/images.py): 2,833 low; + 5,667 per tile (1024 x 1024).
+    assert (seg["messages[2].content[1]"].fixed_tokens, seg["messages[2].content[1]"].text) == (2833, "")
+    assert seg["messages[2].content[2]"].fixed_tokens == 2833 + 4 * 5667
     assert seg["messages[3].tool_calls[0]"].text == 'get_weather\n{"city": "Paris"}'
     assert seg["messages[3].tool_calls[0]"].name == "get_weather"
     assert seg["messages[4]"].text == "18C, cloudy"
@@ -239,7 +240,7 @@ def test_responses_segments_paths_kinds_and_order() -> None:
     assert [seg["tools[0]"].name, seg["tools[1]"].name] == ["lookup", "web_search"]
     assert seg["text.format"].name == "out"
     assert seg["instructions"].text == "Be brief."
-    assert seg["input[1].content[1]"].fixed_tokens == 765
+    assert seg["input[1].content[1]"].fixed_tokens == 70 + 4 * 140  # gpt-5: 70 + 140 per tile, 1024 x 1024
     assert seg["input[2]"].text == "Think."
     assert seg["input[3]"].text == 'lookup\n{"q":"x"}'
     assert seg["input[4]"].text == "found"

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from cachewarden.proxy.engine.images import image_tokens as documented_image_tokens
+from cachewarden.proxy.engine.images import size_of_data_url
 from cachewarden.proxy.engine.prompt import Prompt, Segment, SegmentKind
 
 from ._body import (
@@ -32,9 +34,8 @@ from ._body import (
     strip_meta,
 )
 
-# OpenAI images: low detail costs a flat 85 tokens. high/auto use 85 + 170 per 512-px tile after
-# resizing, which needs the image's dimensions; 765 is that formula for a 1024x1024 image (4 tiles),
-# the common case, used as the documented default.
+# OpenAI images: the documented rules per model (engine/images.py), from the image's own header
+# when it is inline; 85 / 765 are GPT-4o's low detail and 1024 x 1024 figures.
 IMAGE_TOKENS_LOW = 85
 IMAGE_TOKENS_DEFAULT = 765
 
@@ -42,8 +43,10 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
 
 
-def image_tokens(detail: Any) -> int:
-    return IMAGE_TOKENS_LOW if detail == "low" else IMAGE_TOKENS_DEFAULT
+def image_tokens(detail: Any, model: str = "gpt-4o", url: Any = None) -> int:
+    """Tokens of one image: by the model's documented rule, sized from an inline image's header."""
+    size = size_of_data_url(url) if isinstance(url, str) else None
+    return documented_image_tokens(model, detail, size)
 
 
 def text_kind(role: str | None) -> SegmentKind:
@@ -130,7 +133,7 @@ def _chat_tool_name(tool: Obj, path: str) -> str:
     return opt_str(tool, "name", path) or kind
 
 
-def _part_segment(part_value: Any, path: str, role: str, index: int) -> Segment:
+def _part_segment(part_value: Any, path: str, role: str, index: int, model: str) -> Segment:
     part = as_obj(part_value, path)
     kind = block_type(part, path)
     mark = cache_control(part, path)
@@ -143,6 +146,7 @@ def _part_segment(part_value: Any, path: str, role: str, index: int) -> Segment:
     if kind == "image_url":
         image = part.get("image_url")
         detail = image.get("detail") if isinstance(image, Mapping) else None
+        url = image.get("url") if isinstance(image, Mapping) else image
         return Segment(
             path,
             "image",
@@ -150,7 +154,7 @@ def _part_segment(part_value: Any, path: str, role: str, index: int) -> Segment:
             role,
             index,
             mark,
-            image_tokens(detail),
+            image_tokens(detail, model, url),
             digest=content_digest("image", role, "", identity),
         )
     if kind == "file":
@@ -180,7 +184,9 @@ def _tool_call_segment(call_value: Any, path: str, role: str, index: int) -> Seg
     return Segment(path, "tool_use", tool_call_text(name, arguments), role, index, name=name)
 
 
-def _content_segments(message: Obj, path: str, role: str, index: int, *, empty: bool = True) -> list[Segment]:
+def _content_segments(
+    message: Obj, path: str, role: str, index: int, model: str, *, empty: bool = True
+) -> list[Segment]:
     """The segments of a message's ``content`` (a string or parts); an empty one when ``empty`` and none."""
     content = message.get("content")
     if isinstance(content, str):
@@ -189,13 +195,13 @@ def _content_segments(message: Obj, path: str, role: str, index: int, *, empty: 
     if content is not None:
         parts = as_list(content, at(path, "content"))
         for j, part in enumerate(parts):
-            segments.append(_part_segment(part, at(at(path, "content"), j), role, index))
+            segments.append(_part_segment(part, at(at(path, "content"), j), role, index, model))
     if not segments and empty:
         segments.append(Segment(path, whole_kind(role), "", role, index))
     return segments
 
 
-def _message_segments(value: Any, index: int, calls: dict[str, str]) -> list[Segment]:
+def _message_segments(value: Any, index: int, calls: dict[str, str], model: str) -> list[Segment]:
     """Segments of ``messages[index]``; ``calls`` maps tool-call ids seen so far to function names."""
     path = at("messages", index)
     message = as_obj(value, path)
@@ -207,11 +213,11 @@ def _message_segments(value: Any, index: int, calls: dict[str, str]) -> list[Seg
         # the message is "functions.NAME"): from its call id, or the legacy role=function ``name``.
         call_id = opt_str(message, "tool_call_id", path)
         result_name = calls.get(call_id, name) if call_id is not None else name
-        return [replace(s, name=result_name) for s in _content_segments(message, path, role, index)]
+        return [replace(s, name=result_name) for s in _content_segments(message, path, role, index, model)]
     if name is not None:
         # The author name is rendered in the message header: its own segment keeps it in the digests.
         segments.append(Segment(at(path, "name"), "other", name, role, index))
-    segments.extend(_content_segments(message, path, role, index, empty=False))
+    segments.extend(_content_segments(message, path, role, index, model, empty=False))
     refusal = opt_str(message, "refusal", path)
     if refusal is not None:
         segments.append(Segment(at(path, "refusal"), "text", refusal, role, index))
@@ -256,11 +262,12 @@ def parse_chat(body: Obj, model: str | None = None) -> Prompt:
     if schema is not None:
         segments.append(schema)
     calls: dict[str, str] = {}
+    name = read_model(body, model)
     for i, message in enumerate(req_list(body, "messages", "")):
-        segments.extend(_message_segments(message, i, calls))
+        segments.extend(_message_segments(message, i, calls, name))
     return Prompt(
         provider="openai-chat",
-        model=read_model(body, model),
+        model=name,
         segments=tuple(segments),
         params=openai_params(body, opt_str(body, "reasoning_effort", "")),
         prompt_cache_key=opt_str(body, "prompt_cache_key", ""),

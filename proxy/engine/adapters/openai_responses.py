@@ -44,7 +44,7 @@ def _tool_name(tool: Obj, path: str) -> str:
     return opt_str(tool, "name", path) or kind
 
 
-def _part_segment(value: Any, path: str, role: str, index: int | None) -> Segment:
+def _part_segment(value: Any, path: str, role: str, index: int | None, model: str) -> Segment:
     part = as_obj(value, path)
     kind = block_type(part, path)
     mark = cache_control(part, path)
@@ -54,7 +54,7 @@ def _part_segment(value: Any, path: str, role: str, index: int | None) -> Segmen
         return Segment(path, "text", opt_str(part, "refusal", path) or "", role, index, mark)
     identity = compact(strip_meta(part))
     if kind == "input_image":
-        tokens = image_tokens(part.get("detail"))
+        tokens = image_tokens(part.get("detail"), model, part.get("image_url"))
         digest = content_digest("image", role, "", identity)
         return Segment(path, "image", "", role, index, mark, tokens, digest=digest)
     if kind == "input_file":
@@ -65,7 +65,7 @@ def _part_segment(value: Any, path: str, role: str, index: int | None) -> Segmen
     return Segment(path, "other", identity, role, index, mark)
 
 
-def _output_text(value: Any, path: str) -> tuple[str, int]:
+def _output_text(value: Any, path: str, model: str) -> tuple[str, int]:
     """Text and fixed tokens of a tool output: a string, or a list of content parts."""
     if value is None:
         return "", 0
@@ -79,29 +79,31 @@ def _output_text(value: Any, path: str) -> tuple[str, int]:
         if isinstance(text, str):
             texts.append(text)
         elif part.get("type") == "input_image":
-            fixed += image_tokens(part.get("detail"))
+            fixed += image_tokens(part.get("detail"), model, part.get("image_url"))
         else:
             texts.append(compact(strip_meta(part)))
     return "\n".join(texts), fixed
 
 
-def _message_segments(item: Obj, path: str, index: int | None) -> list[Segment]:
+def _message_segments(item: Obj, path: str, index: int | None, model: str) -> list[Segment]:
     role = req_str(item, "role", path)
     content = item.get("content")
     if isinstance(content, str):
         return [Segment(path, whole_kind(role), content, role, index)]
     parts = as_list(content, at(path, "content")) if content is not None else []
-    segments = [_part_segment(p, at(at(path, "content"), j), role, index) for j, p in enumerate(parts)]
+    segments = [_part_segment(p, at(at(path, "content"), j), role, index, model) for j, p in enumerate(parts)]
     # An empty message still has a boundary in the rendered prompt.
     return segments or [Segment(path, whole_kind(role), "", role, index)]
 
 
-def _item_segments(value: Any, path: str, index: int | None, calls: dict[str, str]) -> list[Segment]:
+def _item_segments(
+    value: Any, path: str, index: int | None, calls: dict[str, str], model: str
+) -> list[Segment]:
     """Segments of one input item; ``calls`` maps the call ids seen so far to function names."""
     item = as_obj(value, path)
     kind = opt_str(item, "type", path)
     if kind is None or kind == "message":
-        return _message_segments(item, path, index)
+        return _message_segments(item, path, index, model)
     if kind in ("function_call", "custom_tool_call"):
         name = req_str(item, "name", path)
         call_id = opt_str(item, "call_id", path)
@@ -111,7 +113,7 @@ def _item_segments(value: Any, path: str, index: int | None, calls: dict[str, st
         arguments = opt_str(item, "arguments" if kind == "function_call" else "input", path) or ""
         return [Segment(path, "tool_use", tool_call_text(name, arguments), "assistant", index, name=name)]
     if kind in ("function_call_output", "custom_tool_call_output"):
-        text, fixed = _output_text(item.get("output"), at(path, "output"))
+        text, fixed = _output_text(item.get("output"), at(path, "output"), model)
         # Rendered under the name of the function that produced it (as in Chat Completions).
         output_id = opt_str(item, "call_id", path)
         producer = calls.get(output_id) if output_id is not None else None
@@ -143,24 +145,25 @@ def parse_responses(body: Obj, model: str | None = None) -> Prompt:
         schema = schema_segment(opt_obj(text_config, "format", "text"), "text.format")
         if schema is not None:
             segments.append(schema)
+    name = read_model(body, model)
     instructions = body.get("instructions")
     if isinstance(instructions, str):
         segments.append(Segment("instructions", "system", instructions))
     calls: dict[str, str] = {}
     if instructions is not None and not isinstance(instructions, str):
         for i, item in enumerate(as_list(instructions, "instructions")):
-            segments.extend(_item_segments(item, at("instructions", i), None, calls))
+            segments.extend(_item_segments(item, at("instructions", i), None, calls, name))
     items = body.get("input")
     if isinstance(items, str):
         segments.append(Segment("input", "message", items, "user", 0))
     elif items is not None:
         for i, item in enumerate(as_list(items, "input")):
-            segments.extend(_item_segments(item, at("input", i), i, calls))
+            segments.extend(_item_segments(item, at("input", i), i, calls, name))
     reasoning = opt_obj(body, "reasoning", "")
     effort = opt_str(reasoning, "effort", "reasoning") if reasoning is not None else None
     return Prompt(
         provider="openai-responses",
-        model=read_model(body, model),
+        model=name,
         segments=tuple(segments),
         params=openai_params(body, effort),
         previous_response_id=opt_str(body, "previous_response_id", ""),
