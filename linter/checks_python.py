@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from .checks_template import check_template
 from .context import Context
 from .findings import Hit
+from .py_render import render_hits
 from .py_sites import prompt_sites, resolved, tool_sites
 from .py_source import PyModule, callee
 from .py_timeline import Timeline
@@ -33,6 +34,7 @@ def check_python(ctx: Context, module: PyModule) -> Iterator[Hit]:
         yield from timeline.hits
     for expr in tool_sites(module):
         yield from _tool_order(module, expr, 0)
+    yield from render_hits(ctx, module)
 
 
 def _tool_order(module: PyModule, expr: ast.expr, depth: int) -> Iterator[Hit]:

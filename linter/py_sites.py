@@ -29,7 +29,8 @@ _APIS = {
 }
 _LITELLM = frozenset({"completion", "acompletion"})
 _SYSTEM_WORDS = frozenset({"system", "developer", "instructions", "preamble"})
-_PROMPT_WORDS = frozenset({"prompt", "instructions", "preamble"})
+_PROMPT_WORDS = frozenset({"prompt", "instructions", "instruction", "preamble", "backstory"})
+_AGENT_FIELDS = frozenset({"role", "goal", "backstory"})  # crewAI Agent(...): its system prompt
 # A name ending in one of these holds something about a prompt, not its text.
 _NOT_TEXT = frozenset(
     {
@@ -244,6 +245,10 @@ def _role_texts(module: PyModule, node: ast.expr) -> Iterator[ast.expr]:
 
 def _call_sites(module: PyModule, node: ast.Call) -> Iterator[Site]:
     name = callee(node)
+    if name == "Agent":
+        for k in node.keywords:
+            if k.arg in _AGENT_FIELDS:
+                yield Site(k.value, system=True, placeholders=True)  # crewAI fills `{topic}` from inputs
     if name == "SystemMessage":
         content = (
             node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "content"), None)

@@ -50,7 +50,15 @@ _REQUEST_KEYS = frozenset({"messages", "tools", "input", "input_schema", "parame
 
 # Every Python prompt site (py_sites) needs one of these in the file. Plain substring tests on the
 # lowered text cost a fraction of a parse, which most files of a large repository then skip.
-_PROMPT_WORDS = ("prompt", "instructions", "preamble", "backstory", "systemmessage", "from_messages")
+_PROMPT_WORDS = (
+    "prompt",
+    "instructions",
+    "preamble",
+    "backstory",
+    "systemmessage",
+    "from_messages",
+    ".render(",
+)
 _GUARDED = (
     ("system", re.compile(r"system_|system\s*=|role['\"]\s*:\s*['\"]system")),
     ("developer", re.compile(r"role['\"]\s*:\s*['\"]developer")),

@@ -111,11 +111,12 @@ def sorted_chain(node: nodes.Node) -> bool:
 
 
 class _Scanner:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, aliases: dict[str, Volatile] | None = None) -> None:
         self.text = text
         self.cursor = 0
         self.scan = Scan()
-        self.aliases: dict[str, Volatile] = {}
+
+        self.aliases: dict[str, Volatile] = dict(aliases or {})
         self.request_aliases: set[str] = set()
         # Loop variables over data that is not per request (`tool` in `tools`): `tool.input_schema`
         # is the tool's, not the request's input.
@@ -364,10 +365,11 @@ def _static_part(piece: Piece, a: int, b: int) -> Piece:
     return Piece(True, piece.start + a, piece.start + b, text=piece.text[a:b], conditional=piece.conditional)
 
 
-def scan_template(text: str) -> Scan:
-    """Parse with Jinja2 (raises jinja2.TemplateSyntaxError) and build the timeline."""
+def scan_template(text: str, aliases: dict[str, Volatile] | None = None) -> Scan:
+    """Parse with Jinja2 (raises jinja2.TemplateSyntaxError) and build the timeline; ``aliases``
+    names variables the caller knows to be volatile (a ``render(now=datetime.now())`` keyword)."""
     tree = _ENV.parse(text)
-    scanner = _Scanner(text)
+    scanner = _Scanner(text, aliases)
     scanner.body(tree.body, False)
     scanner.scan.pieces = _format_fields(scanner.scan.pieces)
     return scanner.scan

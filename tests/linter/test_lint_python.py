@@ -190,3 +190,22 @@ def test_template_clock_graded_by_its_format() -> None:
     assert (finding.severity, "every day" in finding.message) == ("info", True)
     (finding,) = lint_source("s.j2", "Time: {{ now().strftime('%H:%M') }}.\n" + LONG)
     assert (finding.severity, "every minute" in finding.message) == ("error", True)
+
+
+def test_render_follows_keywords_into_the_template(project: Path, run: Run) -> None:
+    (project / "prompts").mkdir()
+    (project / "prompts" / "system.j2").write_text("Now: {{ now }}\n" + LONG + "Ticket {{ ticket }}\n")
+    (project / "app").mkdir()
+    (project / "app" / "agent.py").write_text(
+        "import uuid\nfrom datetime import datetime\nfrom jinja2 import Environment\n"
+        "env = Environment()\n"
+        "def build():\n"
+        "    tpl = env.get_template('system.j2')\n"
+        "    return tpl.render(now=datetime.now(), ticket=uuid.uuid4())\n"
+        "def inline():\n"
+        "    return Template('Id {{ rid }}. ' + 'x' * 3).render(rid=uuid.uuid4())\n"
+    )
+    _code, out, _ = run("--format", "json", "app/agent.py")
+    ((finding),) = as_json(out)["findings"]  # `ticket` is at the very end of the template: fine
+    assert (finding["code"], finding["line"], finding["column"]) == ("CW101", 7, 27)
+    assert finding["message"].startswith("`datetime.now() (as now in prompts/system.j2:1)` changes on every")
