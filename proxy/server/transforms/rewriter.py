@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.server.config import Mode, Settings
@@ -93,12 +94,16 @@ class CacheRewriter:
         return out
 
 
+_CLAUDE_API = "api.anthropic.com"
+
+
 def build_rewriter(settings: Settings, metrics: Metrics, engine: Engine) -> CacheRewriter | None:
     """The rewriter of a running proxy: None in observe mode (bytes are forwarded unchanged), unless
     ``--anthropic-diagnostics`` asks for that one change; optimize mode adds diagnostics by itself."""
-    diagnostics = (
-        DiagnosticsInjector(engine) if settings.anthropic_diagnostics or settings.mode == "optimize" else None
-    )
+    # Optimize mode asks by default only the Claude API itself: Bedrock, Vertex and gateways in front of
+    # them may reject the field ("Claude API only", provider-caching.md §2.7).
+    by_default = settings.mode == "optimize" and urlsplit(settings.anthropic_upstream).hostname == _CLAUDE_API
+    diagnostics = DiagnosticsInjector(engine) if settings.anthropic_diagnostics or by_default else None
     if settings.mode == "observe" and diagnostics is None:
         return None
     optimizer = (
