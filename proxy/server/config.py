@@ -95,7 +95,7 @@ class Settings:
     # configured by the standard OTEL_* environment variables (server/otel_config.py).
     otel: bool = False
     # Ask Anthropic why requests miss (``diagnostics.previous_message_id``, added by the proxy and
-    # removed from the response); on by default in optimize mode. transforms/diagnostics.py.
+    # removed from the response); optimize mode does it towards api.anthropic.com by itself.
     anthropic_diagnostics: bool = False
 
 
