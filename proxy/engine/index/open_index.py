@@ -5,7 +5,8 @@
   replicas, wrapped in ``ResilientIndex`` with a local ``MemoryIndex``: the proxy keeps answering
   when Redis is away. Query parameters of redis-py apply (``socket_timeout=0.05`` …); ours:
   ``namespace=NAME`` (key prefix, default ``cachewarden``; replicas that share predictions must
-  share it) and ``retry=SECONDS`` (first reconnection delay, default 1).
+  share it), ``retry=SECONDS`` (first reconnection delay, default 1) and ``cluster=1`` (the URL
+  names one node of a Redis Cluster; every scope's keys live in one hash slot).
 
 Nothing connects here: a replica that starts while Redis is down starts on its local index.
 The ``redis`` package is only imported for a Redis URL (extra ``cachewarden[redis]``).
@@ -14,7 +15,7 @@ The ``redis`` package is only imported for a Redis URL (extra ``cachewarden[redi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .base import PrefixIndex
@@ -26,7 +27,7 @@ __all__ = ["IndexCaps", "open_index"]
 # A local Redis answers in well under a millisecond; past this, answer locally and count an outage.
 DEFAULT_TIMEOUT_SECONDS = 0.05
 _MEMORY = ("", "memory", "memory://")
-_OURS = ("namespace", "retry")
+_OURS = ("namespace", "retry", "cluster")
 
 
 class IndexCaps(TypedDict, total=False):
@@ -63,25 +64,34 @@ def open_index(
         retry = float(ours.get("retry", "1"))
     except ValueError:
         raise ValueError(f"index URL {url!r}: retry must be a number of seconds") from None
+    cluster = ours.get("cluster", "0").lower() in ("1", "true", "yes")
     try:
         import redis
         from redis.backoff import NoBackoff
+        from redis.cluster import RedisCluster
         from redis.retry import Retry
 
         from .redis import RedisIndex
+        from .redis_cluster import LazyClient
     except ImportError:
         raise ValueError(
             f"index URL {url!r} needs the redis package: pip install 'cachewarden[redis]'"
         ) from None
-    client = redis.Redis.from_url(
-        urlunsplit(parts._replace(query=urlencode(rest))),
-        # URL parameters win over these (redis-py merges them last).
-        socket_timeout=DEFAULT_TIMEOUT_SECONDS,
-        socket_connect_timeout=DEFAULT_TIMEOUT_SECONDS,
-        # One immediate retry on a dropped connection (a restarted server), none on a timeout:
-        # a slow Redis must cost one timeout, not four with backoff (redis-py's default).
-        retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
-    )
+    address = urlunsplit(parts._replace(query=urlencode(rest)))
+    # URL parameters win over these (redis-py merges them last).
+    timeouts = {"socket_timeout": DEFAULT_TIMEOUT_SECONDS, "socket_connect_timeout": DEFAULT_TIMEOUT_SECONDS}
+    client: Any
+    if cluster:
+        # One retry (a moved slot, a restarted node), then the error is ResilientIndex's to count.
+        client = LazyClient(lambda: RedisCluster.from_url(address, retry=Retry(NoBackoff(), 1), **timeouts))
+    else:
+        client = redis.Redis.from_url(
+            address,
+            **timeouts,
+            # One immediate retry on a dropped connection (a restarted server), none on a timeout:
+            # a slow Redis must cost one timeout, not four with backoff (redis-py's default).
+            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        )
     primary = RedisIndex(
         client,
         # Redis' blocks are its own (one record a block; 512 by default): only an explicit one applies.

@@ -128,6 +128,8 @@ class RedisIndex:
         if not namespace or not all(c.isalnum() or c in "._-" for c in namespace):
             raise ValueError(f"namespace must be letters, digits, '.', '_' or '-' (got {namespace!r})")
         self._r = client
+        # A Redis Cluster runs each call on its slot's node: only a single Redis gets pipelines.
+        self._pipelined = isinstance(client, redis.Redis)
         self._bs = block_size
         self._ns = namespace.encode()
         # blake2b takes keys of up to 64 bytes; a longer secret is condensed first.
@@ -236,7 +238,9 @@ class RedisIndex:
     def _scripts(self, calls: list[Call]) -> list[Any]:
         """Run script calls in one round trip. A Redis that does not know a script (first use, a
         restarted node) gets its source once (EVAL also caches it there)."""
-        if len(calls) == 1:  # a cluster pipeline costs more than one direct call
+        if not self._pipelined and len(calls) > 1:
+            return [self._scripts([call])[0] for call in calls]
+        if len(calls) == 1:  # one direct call: no pipeline to set up
             script, keys, args = calls[0]
             try:
                 return [self._r.evalsha(script.sha, len(keys), *keys, *args)]
@@ -417,3 +421,7 @@ class RedisIndex:
 
     def ping(self) -> bool:
         return bool(self._r.ping())
+
+    def close(self) -> None:
+        """Closes the client's connections (the index is unusable afterwards)."""
+        self._r.close()
