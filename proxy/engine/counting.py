@@ -160,7 +160,7 @@ class PromptCounter:
             # A call is a message of its own addressed to the function: "assistant to=functions.NAME" in
             # its header, the arguments as its content (the adapter's text is "name\narguments").
             name, _, arguments = seg.text.partition("\n")
-            head = self._content_raw(tok, f"call-to\x00{name}", f" to=functions.{name}")
+            head = self._recipient(tok, framing, name)
             return head + self._content(tok, "call", seg, arguments)
         if seg.kind == "tool" and framing.typescript_tools:
             # The memo first: a rendering is stored only for a segment that has one, under its digest.
@@ -200,6 +200,11 @@ class PromptCounter:
             extra += framing.schema_once
             extra += len(self._content_raw(tok, f"output-schema\x00{digest_text(schema)}", schema))
         return extra
+
+    def _recipient(self, tok: Tokenizer, framing: Framing, name: str) -> tuple[int, ...]:
+        """The tokens that address a call to function ``name`` (" to=functions.NAME")."""
+        text = framing.recipient_prefix + name
+        return self._content_raw(tok, f"call-to\x00{text}", text)
 
     def _tool_text(self, seg: Segment) -> str:
         fn = function_of(seg.text)
@@ -294,7 +299,7 @@ class PromptCounter:
                 if framing.typescript_tools:
                     tokens.append(END)
             else:
-                if not opens and seg.kind == "tool_use" and framing.typescript_tools:
+                if not opens and seg.kind == "tool_use" == segs[i - 1].kind and framing.typescript_tools:
                     # Each further call of one assistant turn is rendered as a message of its own.
                     tokens.extend(
                         (END, START, *self._role(tok, "assistant"), *[SEP] * (framing.per_message - 2))
@@ -302,7 +307,7 @@ class PromptCounter:
                 if opens:
                     role = seg.role or ("tool" if seg.kind == "tool_result" else "assistant")
                     if seg.kind == "tool_result" and seg.name and framing.typescript_tools:
-                        role = f"functions.{seg.name}"  # the result's author is the function
+                        role = framing.result_prefix + seg.name  # the result's author is the function
                     tokens.append(START)
                     if framing.role_tokens:
                         tokens.extend(self._role(tok, role))
@@ -324,8 +329,7 @@ class PromptCounter:
         # block of this request ends where the same block ends inside a longer, later request.
         tokens.extend(_reply(framing.reply))
         if prompt.forced_function is not None and framing.forced_call is not None:
-            name = prompt.forced_function
-            tokens.extend(self._content_raw(tok, f"call-to\x00{name}", f" to=functions.{name}"))
+            tokens.extend(self._recipient(tok, framing, prompt.forced_function))
             tokens.extend([PAD] * framing.forced_call)
         hidden = self._request_extras(tok, framing, prompt)
         return TokenizedPrompt(

@@ -128,3 +128,106 @@ def test_function_rendering_titles_descriptions_defaults_nesting() -> None:
     assert render_function({"name": "ping", "parameters": {"type": "object", "properties": {}}}) == (
         "type ping = () => any;"
     )
+
+
+# Public reference: hmarr/openai-chat-tokens' test cases (prompt_tokens the API reported for
+# gpt-3.5-turbo, cl100k), for legacy `functions`, `function_call` and role=function messages.
+_HELLO = [{"role": "user", "content": "hello"}]
+_FOO = {"name": "foo", "parameters": {"type": "object", "properties": {}}}
+_BING = {"name": "bing_bong", "description": "Do a bing bong"}
+HMARR_CASES: list[tuple[dict[str, Any], int]] = [
+    ({"messages": _HELLO}, 8),
+    ({"messages": _HELLO, "functions": [_FOO]}, 31),
+    ({"messages": _HELLO, "functions": [_FOO], "function_call": "auto"}, 31),
+    ({"messages": _HELLO, "functions": [_FOO], "function_call": {"name": "foo"}}, 36),
+    ({"messages": _HELLO, "functions": [{**_FOO, "description": "Do a foo"}]}, 36),
+    (
+        {
+            "messages": _HELLO,
+            "functions": [
+                {**_BING, "parameters": {"type": "object", "properties": {"foo": {"type": "string"}}}}
+            ],
+        },
+        49,
+    ),
+    (
+        {
+            "messages": _HELLO,
+            "functions": [
+                {
+                    **_BING,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "foo": {"type": "string"},
+                            "bar": {"type": "number", "description": "A number"},
+                        },
+                    },
+                }
+            ],
+        },
+        57,
+    ),
+    (
+        {
+            "messages": _HELLO,
+            "functions": [
+                {
+                    **_BING,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "foo": {
+                                "type": "object",
+                                "properties": {
+                                    "bar": {"type": "string", "enum": ["a", "b", "c"]},
+                                    "baz": {"type": "boolean"},
+                                },
+                            }
+                        },
+                    },
+                }
+            ],
+        },
+        68,
+    ),
+    (
+        {
+            "messages": [
+                {"role": "user", "content": "hello world"},
+                {"role": "function", "name": "do_stuff", "content": "{}"},
+            ]
+        },
+        15,
+    ),
+    (
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "function_call": {"name": "do_stuff", "arguments": '{"foo": "bar", "baz": 1.5}'},
+                }
+            ]
+        },
+        26,
+    ),
+    (
+        {
+            "messages": [
+                {
+                    "role": "system",
+                    "name": "example_user",
+                    "content": "New synergies will help drive top-line growth.",
+                }
+            ]
+        },
+        20,
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "reported"), HMARR_CASES)
+def test_legacy_functions_public_reference(body: dict[str, Any], reported: int) -> None:
+    prompt = parse_request({"model": "gpt-3.5-turbo", **body}, provider="openai-chat")
+    assert PromptCounter(load_model_table()).tokenize(prompt).count == reported
