@@ -45,12 +45,15 @@ class Framing:
 #   (3 per message + role, +3 reply priming); recorded/README.md and our bench: exact for most
 #   plain-text chat requests.
 # - gpt-5*, o3, o4, gpt-4o-2024-11-20: report one token less (reply priming 2), recorded data;
-#   gpt-5* also counts 2 more per assistant message; with tools, Chat Completions counts ~83 more
-#   (harmony system preamble) but the Responses API does not (recorded: a one-tool Responses request
-#   reports the chat-default overhead; 60+ gpt-5 Responses requests were over by exactly 81).
-# - tools: rendered as the TypeScript `namespace functions` the models were trained on (as in the
-#   community reconstructions of the tool prompt); tools_once / per_tool_call / per_tool_result are
-#   residuals fitted on recorded chat requests with tools.
+#   gpt-5* also counts 2 more per assistant message; with tools, Chat Completions counts 84 more
+#   (harmony system preamble; training split, first turns) but the Responses API does not.
+# - tools (rendering.py; training split of bench/bench_counting.py, cases by record id in
+#   tests/engine/test_openai_tool_counting.py): the section joins the first system / developer
+#   message after a blank line, tokenized with that message's end (tools_in_system), or opens a system
+#   message of its own (3 + role); tools_once -1 is what the first turns show on top, the same for 4o,
+#   4o-mini, 4.1, 4.1-mini. A call is a message "assistant to=functions.NAME" with the arguments as its
+#   content, plus per_tool_call 1; a result is authored by "functions.NAME", plus per_tool_result 1
+#   (one call + result: exact on 45 of 62 training requests; sequences of up to 24 pairs too).
 # - structured outputs (json_schema): rendered as render_response_format below; schema_once 10 is the
 #   median residual over 181 recorded chat requests with a schema (bench/bench_counting.py).
 # - anthropic: fitted per family on recorded Messages requests (self-contained, not suspect, o200k
