@@ -18,6 +18,7 @@ from .vocab import ISO_DATETIME, RFC_DATETIME, words
 
 _VOLATILE_CODE = {"timestamp": "CW101", "unique-id": "CW102", "random": "CW103"}
 _ITEMS_FIX = {"items": "|dictsort", "keys": "|dictsort|map('first')", "values": "|dictsort|map('last')"}
+_CLOCK = re.compile(r"\d:\d\d")
 _HISTORY_WORDS = frozenset(
     {"message", "messages", "msg", "history", "turn", "conversation", "calls", "results"}
 )
@@ -42,9 +43,12 @@ def system_ranges(text: str, whole: bool, scan: Scan) -> list[tuple[int, int]]:
 
 def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, int]]) -> Iterator[Hit]:
     pieces = scan.pieces
+    # Token counts matter only after a volatile or per-request value: a file without one (most
+    # Markdown) is never tokenized.
+    counted = any(not p.static and (p.volatile or p.per_request) for p in pieces)
     static_tokens = [
         (_include_tokens(ctx, p.include) if p.include else ctx.tokens(p.text))
-        if p.static and not p.conditional and (p.include or p.text.strip())
+        if counted and p.static and not p.conditional and (p.include or p.text.strip())
         else 0
         for p in pieces
     ]
@@ -97,7 +101,7 @@ def _volatile(pieces: list[Piece], after: list[int]) -> Iterator[Hit]:
 
 def _literals(text: str, pieces: list[Piece]) -> Iterator[Hit]:
     for piece in pieces:
-        if not piece.static:
+        if not piece.static or not _CLOCK.search(piece.text):  # both patterns have a time of day
             continue
         for pattern in (ISO_DATETIME, RFC_DATETIME):
             for m in pattern.finditer(piece.text):

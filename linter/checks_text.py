@@ -18,13 +18,14 @@ def check_text(text: str, markdown: bool = False) -> Iterator[Hit]:
         edits = tuple(Edit(m.start(), m.end(), "\n") for m in re.finditer(r"\r\n", text))
         # One finding per file: the fix converts every line, and a line-per-finding report is noise.
         yield Hit("CW205", first_crlf, first_crlf + 2, {"count": len(edits)}, edits)
-    for m in _TRAILING.finditer(text):
+    trailing = " \n" in text or "\t\n" in text or " \r\n" in text or "\t\r\n" in text
+    for m in _TRAILING.finditer(text) if trailing or text.endswith((" ", "\t")) else ():
         if markdown and m.group() == "  ":
             continue
         yield Hit("CW206", m.start(), m.end(), {}, (Edit(m.start(), m.end(), ""),))
     tabs: list[re.Match[str]] = []
     spaces: list[re.Match[str]] = []
-    for m in _INDENT.finditer(text):
+    for m in _INDENT.finditer(text) if "\t" in text else ():  # no tab, no mixed indentation
         indent = m.group(1)
         if " " in indent and "\t" in indent:
             yield Hit("CW207", m.start(1), m.end(1), {"kind": "tabs and spaces on one line"})

@@ -59,12 +59,12 @@ def _split(values: Sequence[str]) -> list[str]:
     return [c for v in values for c in v.split(",") if c.strip()]
 
 
-def _display(path: str, root: Path) -> str:
+def _display(path: str, bases: Sequence[str]) -> str:
     """Repository-relative POSIX path when the file is under the project root, else as given."""
-    absolute = Path(path).resolve()
-    for base in (root.resolve(), Path.cwd().resolve()):
-        if absolute.is_relative_to(base):
-            return absolute.relative_to(base).as_posix()
+    absolute = os.path.abspath(path)
+    for base in bases:
+        if absolute == base or absolute.startswith(base.rstrip(os.sep) + os.sep):
+            return Path(os.path.relpath(absolute, base)).as_posix()
     return Path(path).as_posix()
 
 
@@ -123,8 +123,9 @@ def run(argv: Sequence[str]) -> int:
             raise CachewardenError(f"{p}: no such file or directory")
     findings: list[Finding] = []
     files = fixed = 0
+    bases = (os.path.abspath(config.root), os.path.abspath(Path.cwd()))
     for path in walk(paths):
-        shown = _display(path, config.root)
+        shown = _display(path, bases)
         if kind_of(path) is None or any(
             fnmatch.fnmatch(shown, g) or fnmatch.fnmatch(shown, f"{g}/*") for g in config.exclude
         ):

@@ -368,6 +368,8 @@ def _static_part(piece: Piece, a: int, b: int) -> Piece:
 def scan_template(text: str, aliases: dict[str, Volatile] | None = None) -> Scan:
     """Parse with Jinja2 (raises jinja2.TemplateSyntaxError) and build the timeline; ``aliases``
     names variables the caller knows to be volatile (a ``render(now=datetime.now())`` keyword)."""
+    if "{{" not in text and "{%" not in text and "{#" not in text:
+        return Scan(pieces=_format_fields([Piece(True, 0, len(text), text=text)]))  # text only
     tree = _ENV.parse(text)
     scanner = _Scanner(text, aliases)
     scanner.body(tree.body, False)

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import functools
 
-from cachewarden.proxy.engine.models import ModelInfo, load_model_table
+from cachewarden.proxy.engine.models import ModelInfo, ModelTable, load_model_table
 from cachewarden.proxy.engine.tokenizers import get_tokenizer
 
 DEFAULT_MODEL = "gpt-4o"
 
 
 @functools.cache
+def _table() -> ModelTable:
+    return load_model_table()  # read once per run, not once per model name
+
+
+@functools.cache
 def model_info(model: str | None, provider: str = "openai-chat") -> ModelInfo:
-    return load_model_table().lookup(model or DEFAULT_MODEL, provider)
+    return _table().lookup(model or DEFAULT_MODEL, provider)
 
 
 def count_tokens(text: str, info: ModelInfo) -> int:
