@@ -179,6 +179,8 @@ def test_a_node_restart_only_colds_its_own_scopes(cluster: Cluster) -> None:
     cluster.wait(index.primary.ping, "the lazy cluster client connects")
     for scope in scopes:
         index.insert(scope, toks, now=0)
+    assert isinstance(index.primary, RedisIndex)
+    index.primary.flush()
     assert not outages
     owner = {s: c.get_node_from_key(next(iter(c.scan_iter(match=_tag(c, s)))), False).port for s in scopes}
     victim = cluster.ports[1]
@@ -201,6 +203,8 @@ def test_a_node_restart_only_colds_its_own_scopes(cluster: Cluster) -> None:
     assert got == {s: 0 if owner[s] == victim else 40 for s in scopes}
     for scope in scopes:
         fresh.insert(scope, toks, now=3)
+    assert isinstance(fresh, ResilientIndex) and isinstance(fresh.primary, RedisIndex)
+    fresh.primary.flush()
     again = open_index(cluster.url + "&namespace=restart", block_size=4)
     assert all(again.lookup(s, toks, now=4, ttl=0).held_prefix_tokens == 40 for s in scopes)
     assert outages  # the outage was seen and counted

@@ -359,3 +359,29 @@ def test_open_index_urls(redis_server: Any) -> None:
         open_index("http://localhost:6379")
     with pytest.raises(ValueError, match="retry"):
         open_index("redis://localhost:6379/0?retry=soon")
+
+
+def test_write_behind_reads_its_own_writes_and_reports_failures(own_redis: Any) -> None:
+    index = _index(own_redis, block_size=4, write_behind=True)
+    other = _index(own_redis, block_size=4)
+    toks = list(range(30))
+    eid = index.insert("s", toks, now=0)
+    index.mark("s", toks, [8], now=0)
+    # The same index reads its queued writes (taken into its own round trip)...
+    assert _t(index.lookup("s", toks, now=1, ttl=0)) == (30, 30, eid, 30, 1.0)
+    assert index.marks("s", toks, [8], now=1, ttl=0) == {8: 1.0}
+    # ...and another replica sees them once they are sent (at once, beside the caller).
+    index.insert("s", [*toks, 5], now=2)
+    index.flush()
+    assert other.lookup("s", [*toks, 5], now=3, ttl=0).held_prefix_tokens == 31
+    # A send that fails is raised by the next call (where ResilientIndex counts the outage).
+    own_redis.stop()
+    index.insert("s", [1, 2, 3], now=4)
+    with pytest.raises(redis.RedisError):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            index.insert("s", [1, 2, 3], now=5)
+            time.sleep(0.05)
+    own_redis.start()
+    index.insert("s", [7, 8, 9], now=6)
+    assert index.lookup("s", [7, 8, 9], now=7, ttl=0).held_prefix_tokens == 3

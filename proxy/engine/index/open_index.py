@@ -100,5 +100,7 @@ def open_index(
         secret=secret,
         expired_window_seconds=expired_window_seconds,
         max_age_seconds=caps.get("max_age_seconds", 24 * 3600),
+        # Inserts and marks leave the analysis' path; reads still see them (redis_writes.py).
+        write_behind=True,
     )
     return ResilientIndex(primary, MemoryIndex(**caps), on_outage=on_outage, retry_seconds=retry)

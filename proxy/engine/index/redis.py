@@ -47,12 +47,14 @@ import threading
 import uuid
 from array import array
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from .base import NO_MATCH, IndexStats, Match
 from .redis_scripts import LOOKUP, MARK_WRITE, WRITE, Script
+from .redis_writes import WriteBehind
 
 __all__ = ["RedisIndex"]
 
@@ -106,6 +108,17 @@ class _Record:
         self.entry_id = eid.decode()
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    scope: str
+    toks: tuple[int, ...]
+    data: bytes
+    offsets: Sequence[int]
+    root: bytes
+    chain: list[bytes]  # H0 … H(full blocks)
+    members: list[bytes]  # one a block, the partial last one included
+
+
 class RedisIndex:
     """``PrefixIndex`` in Redis. Thread-safe (the client's pool is); every error is the caller's:
     wrap it in ``ResilientIndex`` to keep answering when Redis is away. ``client`` may be a
@@ -122,6 +135,7 @@ class RedisIndex:
         max_age_seconds: float = 24 * 3600,
         sweep_fields: int = 4096,
         scan_limit: int = 256,
+        write_behind: bool = False,
     ) -> None:
         if not 1 <= block_size <= 1024:
             raise ValueError("block_size must be between 1 and 1024")
@@ -146,6 +160,9 @@ class RedisIndex:
         # same blocks, so each is computed once. Bounded, oldest first out.
         self._blocks: dict[bytes, bytes] = {}
         self._blocks_lock = threading.Lock()
+        self._last = threading.local()
+        # open_index turns this on for the proxy: writes leave the analysis' path (redis_writes.py).
+        self._writes = WriteBehind(self._scripts) if write_behind else None
 
     # -- hashing ------------------------------------------------------------------------------------
 
@@ -187,11 +204,17 @@ class RedisIndex:
         mixed = (int.from_bytes(raw, "big") ^ int.from_bytes(stream, "big")) | mask
         return mixed.to_bytes(size, "big")
 
-    def _members(
-        self, scope: str, toks: Sequence[int], data: bytes, offsets: Sequence[int], full: int
-    ) -> tuple[bytes, list[bytes], list[bytes]]:
-        """(root, node of each block, member bytes of each block) for every block of ``toks``."""
+    def _prepare(self, scope: str, toks: Sequence[int]) -> _Prepared:
+        """Encoding, chain and member bytes of a prompt. The engine looks a prompt up, then inserts
+        and marks the same one: the last one of each thread is kept for those calls."""
+        last: _Prepared | None = getattr(self._last, "value", None)
+        # A copy, compared by value: a caller may reuse and change its list between calls.
+        key = tuple(toks)
+        if last is not None and last.scope == scope and last.toks == key:
+            return last
         n, bs = len(toks), self._bs
+        full = n // bs
+        data, offsets = _encode(toks)
         root = self._root(scope)
         chain = self._chain(root, data, offsets, full)
         cache, fresh, members = self._blocks, [], []
@@ -210,7 +233,9 @@ class RedisIndex:
                 if excess > 0:
                     for old in list(itertools.islice(cache, excess)):
                         del cache[old]
-        return root, chain[: len(members)], members
+        prepared = _Prepared(scope, key, data, offsets, root, chain, members)
+        self._last.value = prepared
+        return prepared
 
     def _fields(
         self, parent: bytes, data: bytes, offsets: Sequence[int], start: int, ends: Iterable[int]
@@ -261,20 +286,20 @@ class RedisIndex:
         n, bs = len(toks), self._bs
         if not n:
             return NO_MATCH
-        data, offsets = _encode(toks)
-        root, nodes, members = self._members(scope, toks, data, offsets, n // bs)
+        prep = self._prepare(scope, toks)
+        root, nodes, members = prep.root, prep.chain, prep.members
         t = _threshold(now, ttl)
         # Lua's tonumber cannot read "-inf": any time before the epoch will do.
         head: list[bytes | str | int | float] = [repr(max(t, -1e300)), bs * _GROUP, self._scan]
         walked: list[_Record] = []
         stop: list[Any] | None = None
         live: int | None = None  # tokens of the live prefix, once known
-        for s in range(0, len(nodes), _CHUNK):
-            ks = range(s, min(s + _CHUNK, len(nodes)))
+        for s in range(0, len(members), _CHUNK):
+            ks = range(s, min(s + _CHUNK, len(members)))
             keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
-            got, stop, dead, dead_live = self._scripts([(LOOKUP, keys, [*head, *(members[k] for k in ks)])])[
-                0
-            ]
+            pending = self._writes.take() if self._writes is not None and s == 0 else []
+            call: Call = (LOOKUP, keys, [*head, *(members[k] for k in ks)])
+            got, stop, dead, dead_live = self._scripts([*pending, call])[-1]
             if live is None and dead:
                 live = (s + dead - 1) * bs + int(dead_live)
             walked.extend(_Record(v) for v in got)
@@ -316,17 +341,17 @@ class RedisIndex:
             return eid
         if not math.isfinite(now):
             raise ValueError(f"now must be a finite time (got {now!r})")
-        data, offsets = _encode(toks)
-        root, nodes, members = self._members(scope, toks, data, offsets, len(toks) // self._bs)
+        prep = self._prepare(scope, toks)
+        root, nodes, members = prep.root, prep.chain, prep.members
         px, keep = self._retention_ms(ttl)
         value = b"%s %d %s" % (repr(now).encode(), len(toks), eid.encode())
         head: list[bytes | str | int | float] = [value, repr(now), px, repr(keep), self._sweep]
         calls: list[Call] = []
-        for s in range(0, len(nodes), _CHUNK):
-            ks = range(s, min(s + _CHUNK, len(nodes)))
+        for s in range(0, len(members), _CHUNK):
+            ks = range(s, min(s + _CHUNK, len(members)))
             keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
             calls.append((WRITE, keys, [*head, *(members[k] for k in ks)]))
-        self._scripts(calls)
+        self._send(calls)
         return eid
 
     def mark(
@@ -354,7 +379,18 @@ class RedisIndex:
             px,
             *(b"".join(f) for _, f, _ in groups),
         ]
-        self._scripts([(MARK_WRITE, keys, args)])
+        self._send([(MARK_WRITE, keys, args)])
+
+    def flush(self) -> None:
+        """Sends the writes still queued (``write_behind``) and waits for them."""
+        if self._writes is not None and (pending := self._writes.take()):
+            self._scripts(pending)
+
+    def _send(self, calls: list[Call]) -> None:
+        if self._writes is not None:
+            self._writes.submit(calls)
+        else:
+            self._scripts(calls)
 
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
@@ -363,6 +399,7 @@ class RedisIndex:
         groups = self._mark_fields(scope, toks, positions)
         if not groups:
             return {}
+        self.flush()
         pipe = self._r.pipeline(transaction=False)
         for key, fields, _ in groups:
             pipe.hmget(key, fields)
@@ -382,9 +419,8 @@ class RedisIndex:
         if not wanted:
             return []
         bs = self._bs
-        data, offsets = _encode(toks)
-        root = self._root(scope)
-        chain = self._chain(root, data, offsets, wanted[-1] // bs)
+        prep = self._prepare(scope, toks)
+        data, offsets, root, chain = prep.data, prep.offsets, prep.root, prep.chain
         by_node: dict[int, list[int]] = {}
         for p in wanted:
             by_node.setdefault(p // bs, []).append(p)
