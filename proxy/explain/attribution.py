@@ -260,8 +260,8 @@ def _findings(pair: Pair) -> list[Finding]:
     rendered = rendering_divergence(pair.prev, pair.ptp, pair.cur, pair.ntp)
     if rendered is not None and not any(f.position <= rendered.position for f in everything):
         # Chat vs Responses: the one real difference is how the endpoints render the same content.
-        at = pair.cur.segments[rendered.index] if rendered.index < len(pair.cur.segments) else None
-        path = at.path if at is not None else pair.prev.segments[rendered.index].path
+        segment = pair.cur.segments[rendered.index] if rendered.index < len(pair.cur.segments) else None
+        path = segment.path if segment is not None else pair.prev.segments[rendered.index].path
         everything.insert(0, Finding("content-changed", path, 0, rendered.position, rendered.detail))
     if not everything:
         return []
