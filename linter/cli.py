@@ -11,6 +11,7 @@ import fnmatch
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -124,13 +125,15 @@ def run(argv: Sequence[str]) -> int:
     findings: list[Finding] = []
     files = fixed = 0
     bases = (os.path.abspath(config.root), os.path.abspath(Path.cwd()))
+    named = {str(Path(p)) for p in paths if not os.path.isdir(p)}
+    lenient = replace(options, lenient=True)
     for path in walk(paths):
         shown = _display(path, bases)
         if kind_of(path) is None or any(
             fnmatch.fnmatch(shown, g) or fnmatch.fnmatch(shown, f"{g}/*") for g in config.exclude
         ):
             continue  # pre-commit passes every staged file of the listed types; others are not ours
-        found, n = _lint_file(path, shown, options, args.fix, args.unsafe_fixes)
+        found, n = _lint_file(path, shown, options if path in named else lenient, args.fix, args.unsafe_fixes)
         findings.extend(found)
         files += 1
         fixed += n

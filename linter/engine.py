@@ -10,7 +10,7 @@ from typing import Any
 from . import suppressions
 from .context import Context, Settings
 from .findings import Finding, Fix, Hit
-from .readers import lint_json, lint_python, lint_template, lint_yaml
+from .readers import FileError, lint_json, lint_python, lint_template, lint_yaml
 from .rulebook import Rule, load_rules
 from .selection import Selection
 from .sources import Source, kind_of
@@ -20,6 +20,7 @@ from .sources import Source, kind_of
 class Options:
     selection: Selection = field(default_factory=Selection)
     settings: Settings = field(default_factory=Settings)
+    lenient: bool = False  # a file that cannot be read is a CW502 finding, not an error (directory walks)
 
 
 class _Args(dict[str, Any]):
@@ -51,7 +52,13 @@ def lint_source(
     kind = kind_of(path) or "template"
     source = Source(path, text, kind)
     rules = load_rules()
-    hits, header = hits_for(source, options.settings)
+    try:
+        hits, header = hits_for(source, options.settings)
+    except FileError as exc:
+        if not options.lenient:
+            raise
+        at = source.line_start(exc.line)
+        hits, header = [Hit("CW502", at, at, {"problem": exc.problem})], None
     quiet = suppressions.parse(text, header)
     shown = display_path or path
     findings: dict[tuple[str, int, int], Finding] = {}

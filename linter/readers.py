@@ -76,7 +76,13 @@ def _promptish(text: str) -> bool:
 
 
 class FileError(CachewardenError):
-    """A file the linter cannot read (bad JSON / YAML / template syntax): exit 2."""
+    """A file the linter cannot read (bad JSON / YAML / template syntax): exit 2 when the file was
+    named, an info finding (CW502) when a directory walk found it."""
+
+    def __init__(self, message: str, line: int = 1, problem: str = "") -> None:
+        super().__init__(message)
+        self.line = line
+        self.problem = problem or message
 
 
 def _system_file(path: str) -> bool:
@@ -95,7 +101,8 @@ def _template_hits(ctx: Context, text: str, strict: bool, whole_system: bool, wh
     except jinja2.TemplateSyntaxError as exc:
         dialect = "unknown tag" in (exc.message or "")
         if strict and not dialect:
-            raise FileError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from exc
+            problem = f"template syntax error: {exc.message}"
+            raise FileError(f"{where}:{exc.lineno}: {problem}", exc.lineno or 1, problem) from exc
         # Plain text that only looks like Jinja ("{%" in an example), or a dialect with tags of its
         # own (an extension's): read as text, all of it static, and say so for a real template.
         scan = Scan(pieces=[Piece(True, 0, len(text), text=text)])
@@ -150,7 +157,8 @@ def lint_python(ctx: Context) -> Iterator[Hit]:
     except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source
         line = getattr(exc, "lineno", None) or 1
         message = getattr(exc, "msg", None) or str(exc)
-        raise FileError(f"{ctx.source.path}:{line}: Python syntax error: {message}") from exc
+        problem = f"Python syntax error: {message}"
+        raise FileError(f"{ctx.source.path}:{line}: {problem}", line, problem) from exc
     yield from check_python(ctx, module)
 
 
@@ -159,7 +167,9 @@ def lint_json(ctx: Context) -> tuple[list[Hit], object]:
         root = parse_json(ctx.source.text)
     except ParseError as exc:
         line, col = ctx.source.position(exc.offset)
-        raise FileError(f"{ctx.source.path}:{line}:{col}: not valid JSON: {exc}") from exc
+        raise FileError(
+            f"{ctx.source.path}:{line}:{col}: not valid JSON: {exc}", line, f"not valid JSON: {exc}"
+        ) from exc
     header = root.get("//") if root.kind == "object" else None
     return list(check_body(ctx, root, ctx.source.text, fixable=True)), header.to_python() if header else None
 
@@ -169,7 +179,7 @@ def lint_yaml(ctx: Context) -> list[Hit]:
         root = parse_yaml(ctx.source.text)
     except ParseError as exc:
         line, col = ctx.source.position(exc.offset)
-        raise FileError(f"{ctx.source.path}:{line}:{col}: {exc}") from exc
+        raise FileError(f"{ctx.source.path}:{line}:{col}: {exc}", line, str(exc)) from exc
     if root is None:
         return []
     if root.kind == "array" or any(k in _REQUEST_KEYS for k, _, _ in root.members):

@@ -133,3 +133,16 @@ def test_lint_runs_without_fastapi() -> None:
         [sys.executable, "-c", code, str(sample)], capture_output=True, text=True, check=False
     )
     assert proc.returncode in (0, 1), proc.stderr
+
+
+def test_unreadable_files_found_in_a_directory_are_notes(project: Path, run: Run) -> None:
+    (project / ".devcontainer").mkdir()
+    (project / ".devcontainer" / "devcontainer.json").write_text('// editor\n{"name": "dev"}\n')
+    (project / "py2.py").write_text("SYSTEM_PROMPT = 'x'\nprint 'hello'\n")
+    code, out, _ = run("--format", "json", ".")
+    found = sorted((f["path"], f["code"], f["line"], f["severity"]) for f in as_json(out)["findings"])
+    assert code == 0 and found == [
+        (".devcontainer/devcontainer.json", "CW502", 1, "info"),
+        ("py2.py", "CW502", 2, "info"),
+    ]
+    assert run(".devcontainer/devcontainer.json")[0] == 2  # named on the command line: an error
