@@ -22,7 +22,9 @@ tests/engine/test_index.py), with one record per block of ``block_size`` tokens 
 An entry id may name a request another replica served; the engine keeps prompts in its own history,
 so attribution then degrades to what the index tells (lengths and ages, no diff against the text).
 
-Round trips: a lookup and an insert are one script call each (per 512 blocks). Time: correctness
+Round trips: a lookup and an insert are one script call each (per 512 blocks); with
+``write_behind`` (what ``open_index`` uses) inserts and marks go out on a thread of their own
+and a lookup carries whatever is still queued (redis_writes.py). Time: correctness
 comes from the stored ``last_seen`` compared with the caller's ``now``; Redis key expiry is garbage
 collection only: each write sets the key's expiry to the scope's TTL plus
 ``expired_window_seconds`` (so that a request after the TTL is told ``expired`` rather than
@@ -339,6 +341,8 @@ class RedisIndex:
         eid = entry_id if entry_id is not None else uuid.uuid4().hex
         if not toks:
             return eid
+        if "\x00" in eid:
+            raise ValueError("an entry id holds no NUL character (it ends a record in Redis)")
         if not math.isfinite(now):
             raise ValueError(f"now must be a finite time (got {now!r})")
         prep = self._prepare(scope, toks)
