@@ -22,7 +22,7 @@ from .context import Context
 from .findings import Hit
 from .go_template import is_go_template, scan_go
 from .py_source import PyModule
-from .template_scan import Piece, Scan, scan_template
+from .template_scan import FORMAT_CLOCK, Piece, Scan, scan_template
 from .tree import Node, ParseError, parse_json, parse_yaml
 from .vocab import words
 
@@ -75,6 +75,30 @@ def _promptish(text: str) -> bool:
     return any(word in low and pattern.search(low) for word, pattern in _GUARDED)
 
 
+_FENCE = re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.M | re.S)
+_PROMPT_PATH_WORDS = frozenset(
+    {
+        "prompt",
+        "prompts",
+        "template",
+        "templates",
+        "system",
+        "instructions",
+        "preamble",
+        "persona",
+        "personas",
+        "agent",
+        "agents",
+        "skill",
+        "skills",
+        "claude",
+        "gemini",
+        "copilot",
+        "messages",
+    }
+)
+
+
 class FileError(CachewardenError):
     """A file the linter cannot read (bad JSON / YAML / template syntax): exit 2 when the file was
     named, an info finding (CW502) when a directory walk found it."""
@@ -113,10 +137,27 @@ def _template_hits(ctx: Context, text: str, strict: bool, whole_system: bool, wh
     yield from check_template(ctx, text, scan, system_ranges(text, whole_system, scan))
 
 
+def _fences_as_text(text: str) -> str:
+    """Markdown code fences are examples: their `{{ }}` is shown, not rendered (same offsets)."""
+    return _FENCE.sub(lambda m: m.group().replace("{", "(").replace("}", ")"), text)
+
+
+def _prompt_file(path: str, text: str) -> bool:
+    """A Markdown / text file is a prompt when it says so: template syntax, or a name that does."""
+    if "{{" in text or "{%" in text or FORMAT_CLOCK.search(text):
+        return True
+    parts = os.path.normpath(os.path.splitext(path)[0]).split(os.sep)
+    return any(set(words(part)) & _PROMPT_PATH_WORDS for part in parts)
+
+
 def lint_template(ctx: Context) -> Iterator[Hit]:
     source = ctx.source
     text = source.text
     suffix = os.path.splitext(source.path)[1].lower()
+    if suffix == ".md":
+        text = _fences_as_text(text)
+    if suffix in (".md", ".txt") and not _prompt_file(source.path, text):
+        return  # a README, a changelog, a data file: not a prompt
     m = _FRONT_MATTER.match(text)
     if m and suffix in (".prompty", ".md", ".prompt"):
         try:

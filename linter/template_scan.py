@@ -337,7 +337,7 @@ def field_piece(name: str, spec: str, start: int, end: int) -> Piece:
 
 
 # `{now:%Y-%m-%d %H:%M}` in a template's text: a str.format template inside the file.
-_FORMAT_CLOCK = re.compile(r"\{(?P<name>[A-Za-z_][\w.]*)(?:![rsa])?:(?P<spec>[^{}\n]*%[A-Za-z][^{}\n]*)\}")
+FORMAT_CLOCK = re.compile(r"\{(?P<name>[A-Za-z_][\w.]*)(?:![rsa])?:(?P<spec>[^{}\n]*%[A-Za-z][^{}\n]*)\}")
 
 
 def _format_fields(pieces: list[Piece]) -> list[Piece]:
@@ -347,7 +347,7 @@ def _format_fields(pieces: list[Piece]) -> list[Piece]:
             out.append(piece)
             continue
         last = 0
-        for m in _FORMAT_CLOCK.finditer(piece.text):
+        for m in FORMAT_CLOCK.finditer(piece.text):
             field = field_piece(
                 m.group("name"), m.group("spec"), piece.start + m.start(), piece.start + m.end()
             )

@@ -50,8 +50,8 @@ def test_json_contract(project: Path, run: Run) -> None:
 def test_clean_and_info_only_exit_zero(project: Path, run: Run) -> None:
     (project / "good.j2").write_text(LONG + "Today is {{ now() }}.\n")
     assert run("good.j2")[0] == 0
-    (project / "stamp.txt").write_text("Generated at 2025-03-04T10:15:30Z.\n")  # CW104 is info
-    code, out, _ = run("--format", "json", "stamp.txt")
+    (project / "stamp.prompt.txt").write_text("Generated at 2025-03-04T10:15:30Z.\n")  # CW104 is info
+    code, out, _ = run("--format", "json", "stamp.prompt.txt")
     assert code == 0 and as_json(out)["findings"][0]["severity"] == "info"
 
 

@@ -153,8 +153,8 @@ def test_github_actions_expressions_are_prompt_text_only_under_a_prompt_key(proj
 def test_markdown_hard_line_break_is_not_trailing_whitespace() -> None:
     from cachewarden.linter.engine import lint_source
 
-    assert [f.code for f in lint_source("a.md", "line one  \nline two \n")] == ["CW206"]
-    assert [f.code for f in lint_source("a.txt", "line one  \n")] == ["CW206"]
+    assert [f.code for f in lint_source("prompt.md", "line one  \nline two \n")] == ["CW206"]
+    assert [f.code for f in lint_source("prompt.txt", "line one  \n")] == ["CW206"]
 
 
 def test_include_is_static_text_read_beside_the_template(project: Path, run: Run) -> None:
@@ -181,3 +181,14 @@ def test_tpl_without_go_actions_is_read_as_jinja() -> None:
 
     assert [f.code for f in lint_source("a.tpl", "Today is {{ now() }}.\n" + LONG)] == ["CW101"]
     assert [f.code for f in lint_source("a.tpl", "{% for x in y %}{{ x }}\n")] == []  # not strict: no exit 2
+
+
+def test_markdown_and_text_are_prompts_only_when_they_say_so() -> None:
+    from cachewarden.linter.engine import lint_source
+
+    doc = "# API\n\n```jinja\nQuestion: {{ question }}\n```\n" + LONG * 12 + "trailing \n"
+    assert lint_source("docs/api.md", doc) == []  # a fenced example and a README-like name
+    assert [f.code for f in lint_source("prompts/api.md", doc)] == ["CW206"]
+    assert [f.code for f in lint_source("notes.md", "Question: {{ question }}\n" + LONG * 12)][:1] == [
+        "CW301"
+    ]
