@@ -285,8 +285,13 @@ class PromptCounter:
                     tokens.extend(self._content_raw(tok, "tools-tail", TOOLS_TAIL))
                     _shift(tokens, self._join(tok, seg, None))
             elif seg.kind == "schema":
-                tokens.extend([PAD] * framing.schema_once)
+                lead = framing.schema_once
+                if framing.schema_alone is not None and first_tool < 0:
+                    # Without tools this section is the one joined to the system message (or opening one).
+                    lead = framing.schema_alone + self._tools_host(tok, framing, segs)
+                tokens.extend([PAD] * max(0, lead))
                 tokens.extend(self._segment_content(tok, framing, seg))
+                _shift(tokens, min(0, lead))
             elif group is None:
                 # Top-level system text (Anthropic system, Responses instructions): one message of its own
                 # for OpenAI; for Anthropic a one-off overhead for the whole system prompt.

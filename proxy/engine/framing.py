@@ -21,6 +21,9 @@ class Framing:
     per_tool_result: int = 0  # per tool result, beyond its content
     per_name: int = 1  # a chat message's author ``name`` (cookbook: tokens_per_name = 1)
     schema_once: int = 0  # once for a structured-output schema, beyond its rendered text
+    # OpenAI chat: a schema without tools joins the system message as the tools would (host framing
+    # computed) and costs this instead of schema_once. None: schema_once in every case.
+    schema_alone: int | None = None
     system_once: int = 0  # once when there is top-level system text (Anthropic)
     tools_forced: int | None = None  # instead of tools_once when tool_choice is any / tool (Anthropic)
     thinking_once: int = 0  # once when extended / adaptive thinking is on (Anthropic)
@@ -54,8 +57,10 @@ class Framing:
 #   4o-mini, 4.1, 4.1-mini. A call is a message "assistant to=functions.NAME" with the arguments as its
 #   content, plus per_tool_call 1; a result is authored by "functions.NAME", plus per_tool_result 1
 #   (one call + result: exact on 45 of 62 training requests; sequences of up to 24 pairs too).
-# - structured outputs (json_schema): rendered as render_response_format below; schema_once 10 is the
-#   median residual over 181 recorded chat requests with a schema (bench/bench_counting.py).
+# - structured outputs (json_schema, rendering.render_response_format), training split: without tools
+#   the section joins the system message like the tools and costs 4 more (71 of 130 chat requests
+#   exact, most of the rest one schema each); after a tools section it costs 1 (34 of 34), and in the
+#   Responses API 1, never joined (35 of 35 text.format requests at the same residual).
 # - anthropic: fitted per family on recorded Messages requests (self-contained, not suspect, o200k
 #   stream), least absolute relative error on a training split (held-out by test: bench), provider
 #   units divided by the family ratio of rules/models.yaml. Families differ mostly in the tool-use
@@ -72,14 +77,15 @@ _CHAT = Framing(
     tools_once=-1,
     per_tool_call=1,
     per_tool_result=1,
-    schema_once=10,
+    schema_once=1,
+    schema_alone=4,
     tools_in_system=True,
 )
 # Responses: the same rendering, but the recorded requests with tools report 2 tokens less than Chat
 # Completions with the same developer message, and 6 less without one: the section is 2 tokens
 # shorter and never opens a message of its own (training split: 18 + 10 first-turn requests); a
 # function_call item costs one token more than a chat tool call (40 requests with one call + output).
-_RESPONSES = replace(_CHAT, tools_once=-3, tools_alone=0, per_tool_call=2)
+_RESPONSES = replace(_CHAT, tools_once=-3, tools_alone=0, per_tool_call=2, schema_alone=None)
 # gpt-3.5-turbo / gpt-4 (cl100k): the same tools section (hmarr/openai-chat-tokens' API-measured cases
 # match to the token, nested objects and enums included), but a call is "assistant" + the bare name +
 # arguments + 3, a result is authored by the bare name, a forced function adds its name + 4

@@ -16,6 +16,7 @@ from cachewarden.proxy.engine.counting import (
 from cachewarden.proxy.engine.models import load_model_table
 from cachewarden.proxy.engine.prompt import Prompt, Segment
 from cachewarden.proxy.engine.rendering import render_response_format
+from cachewarden.proxy.engine.tokenizers import get_tokenizer
 
 EXAMPLES = Path(count_cmd.__file__).parents[1] / "examples"
 
@@ -255,17 +256,19 @@ def test_response_format_rendering_and_count(counter: PromptCounter) -> None:
             },
         },
     }
-    # The "title" / "additionalProperties" keywords go; a property named "title" stays.
+    # What strict mode implies (additionalProperties, required) goes; titles stay, and a property
+    # named "title" is a property, not the keyword.
     assert render_response_format(json.dumps(spec)) == (
         "# Response Formats\n\n## r\n\n"
-        '{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]}'
+        '{"type":"object","title":"R","properties":{"title":{"type":"string","title":"Title"}}}'
     )
     base = chat("gpt-4o", ("user", "Hi"))
     with_schema = Prompt(
         "openai-chat", "gpt-4o", (Segment("response_format", "schema", json.dumps(spec)), *base.segments)
     )
-    # schema_once 10 + 26 o200k tokens of the rendering.
-    assert counter.tokenize(with_schema).count - counter.tokenize(base).count == 10 + 26
+    rendered = len(get_tokenizer("o200k_base").encode(render_response_format(json.dumps(spec)) or ""))
+    # No tools and no system message: the section opens a system message (3 + role), schema_alone 4.
+    assert counter.tokenize(with_schema).count - counter.tokenize(base).count == 4 + 4 + rendered
 
 
 def test_responses_gpt5_tools_have_no_harmony_preamble() -> None:

@@ -53,13 +53,22 @@ CASES = {
     + "input/cassettes/test_call_with_tool_error/openai_gpt_4o_responses.yaml#0",
     "responses-call-and-output": "responses:"
     + MIRASCOPE
-    + "output/cassettes/test_structured_output_with_tools/openai_gpt_4o_responses/stream.yaml#5",
+    + "output/cassettes/test_structured_output_with_tools/openai_gpt_4o_responses/async.yaml#1",
     "responses-forced": "responses:"
     + MIRASCOPE
     + "input/cassettes/test_structured_output_resume/tool/openai_gpt_4o_responses.yaml#0",
     "responses-allowed-tools": "responses:"
     + MIRASCOPE
     + "output/cassettes/test_structured_output_with_tools/tool/openai_gpt_4o_responses/async.yaml#3",
+    # structured outputs: the schema as compact JSON without what strict implies or does not enforce
+    # (minimum / maximum / default here), joined to the system message like tools; or after them
+    "json-schema-system": CREWAI + "rag/embeddings/test_crew_memory_with_google_vertex_embedder.yaml#3",
+    "json-schema-no-system": CREWAI + "llms/openai/test_openai_response_format_with_pydantic_model.yaml#0",
+    "json-schema-after-tools": MIRASCOPE
+    + "output/cassettes/test_structured_output_with_tools/json/openai_gpt_4o_completions/async.yaml#0",
+    "responses-text-format": "responses:"
+    + MIRASCOPE
+    + "output/cassettes/test_structured_output_with_tools/json/openai_gpt_4o_responses/async.yaml#1",
     # gpt-5 (harmony): the tools section brings the channel instructions with it
     "gpt-5-tools": CREWAI
     + "agents/TestAzureNativeToolCalling.test_azure_agent_with_native_tool_calling.yaml#0",
