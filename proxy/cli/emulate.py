@@ -28,6 +28,11 @@ def _parser() -> argparse.ArgumentParser:
         help="simulate latency (time to first token grows with uncached prompt tokens); optional SPEC "
         f"'ttft=0.15,input=0.00002,cached=0.000002,output=0.01' (seconds); also ${LATENCY_ENV}",
     )
+    parser.add_argument(
+        "--no-compress",
+        action="store_true",
+        help="answer plain bytes even to clients that accept gzip, br or zstd (to read the wire)",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     return parser
 
@@ -47,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
     from cachewarden.proxy.emulator.app import create_app
 
-    app = create_app(latency=latency)
+    app = create_app(latency=latency, compress=not args.no_compress)
     print(f"cachewarden emulate: listening on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

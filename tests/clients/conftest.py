@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,10 @@ os.environ.setdefault("LITELLM_TELEMETRY", "False")
 def live(tmp_path: Path) -> Iterator[Rig]:
     with rig(tmp_path) as running:
         yield running
+    # Some libraries drop HTTP clients without closing them (pooled sockets to the emulator and the
+    # proxy): collect them now, inside this test where their ResourceWarnings are ignored, rather
+    # than at some later test or at the end of the session, where they would fail the run.
+    gc.collect()
 
 
 # The libraries' own warnings (deprecations, pydantic notices about their types) are theirs to fix,
@@ -29,6 +34,8 @@ _LIBRARY_WARNINGS = (
     "ignore::PendingDeprecationWarning",
     "ignore::UserWarning",
     "ignore::FutureWarning",
+    "ignore::ResourceWarning",
+    "ignore::pytest.PytestUnraisableExceptionWarning",
 )
 
 

@@ -35,25 +35,28 @@ def get_weather(city: str) -> str:
     return weather(city)
 
 
-def _model(kind: str, at: Endpoint) -> Any:
+def _model(kind: str, at: Endpoint) -> tuple[Any, Any]:
+    """The model, and the SDK client it uses (closed by the caller: its sockets are the test's)."""
     if kind == "anthropic":
+        import anthropic
         from pydantic_ai.models.anthropic import AnthropicModel
         from pydantic_ai.providers.anthropic import AnthropicProvider
 
-        provider: Any = AnthropicProvider(api_key=at.anthropic_key, base_url=at.anthropic_base_url)
-        return AnthropicModel(CLAUDE_MODEL, provider=provider)
+        claude = anthropic.AsyncAnthropic(api_key=at.anthropic_key, base_url=at.anthropic_base_url)
+        return AnthropicModel(CLAUDE_MODEL, provider=AnthropicProvider(anthropic_client=claude)), claude
+    import openai
     from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    provider = OpenAIProvider(base_url=at.openai_base_url, api_key=at.openai_key)
+    client = openai.AsyncOpenAI(base_url=at.openai_base_url, api_key=at.openai_key, max_retries=0)
     cls = OpenAIResponsesModel if kind == "openai-responses" else OpenAIChatModel
-    return cls(OPENAI_MODEL, provider=provider)
+    return cls(OPENAI_MODEL, provider=OpenAIProvider(openai_client=client)), client
 
 
 def _conversation(kind: str) -> Any:
     def run(at: Endpoint) -> list[Any]:
         async def go() -> list[Any]:
-            model = _model(kind, at)
+            model, client = _model(kind, at)
             agent = pydantic_ai.Agent(model, instructions=POLICY, tools=[get_weather])
             first = await agent.run(CITY_QUESTION)
             calls = [
@@ -70,6 +73,7 @@ def _conversation(kind: str) -> Any:
                 model, instructions=POLICY, output_type=pydantic_ai.NativeOutput(Forecast)
             )
             natively = (await native.run("The forecast for Paris as JSON.")).output
+            await client.close()
             return [calls, first.output, "".join(deltas), forecast, natively]
 
         return asyncio.run(go())

@@ -314,3 +314,18 @@ def test_a_prompt_that_asks_for_json_of_a_schema_gets_it(emulator: Emulator) -> 
     )
     with pytest.raises(ValueError):
         json.loads(prose.content[0].text)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("flags", "coding"), [([], "gzip"), (["--no-compress"], None)])
+def test_emulate_command_compresses_unless_told_not_to(flags: list[str], coding: str | None) -> None:
+    from cachewarden.proxy.testing import command, free_port
+
+    port = free_port()
+    with command(["emulate", "--port", str(port), *flags], port) as (url, _):
+        response = httpx.post(
+            url + "/v1/chat/completions",
+            json={"model": "gpt-4.1", "messages": chat("Hi")},
+            headers={"authorization": "Bearer k", "accept-encoding": "gzip"},
+        )
+    assert response.headers.get("content-encoding") == coding
+    assert response.json()["object"] == "chat.completion"
