@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .framing import FRAMING as FRAMING
 from .framing import Framing as Framing
 from .framing import framing_for as framing_for
+from .framing import legacy_calls
 from .models import ModelTable
 from .prompt import Prompt, Segment, digest_text
 from .rendering import (
@@ -261,6 +262,7 @@ class PromptCounter:
         tool_idx = [i for i, s in enumerate(segs) if s.kind == "tool"]
         first_tool, last_tool = (tool_idx[0], tool_idx[-1]) if tool_idx else (-1, -1)
         seen_system = False
+        legacy = framing.typescript_tools and prompt.provider == "openai-chat"
         # The tool-use system prompt depends on tool_choice, but tool_choice does not invalidate the tools
         # cache: the tools section carries the smaller of the two, _request_extras the difference.
         tools_once = min(framing.tools_once, _tools_forced(framing))
@@ -309,10 +311,12 @@ class PromptCounter:
                     tokens.extend(
                         (END, START, *self._role(tok, "assistant"), *[SEP] * (framing.per_message - 2))
                     )
+                # The legacy format (function_call, role "function") frames calls and results its own way.
+                own = legacy_calls(framing) if legacy and _legacy_segment(seg) else framing
                 if opens:
                     role = seg.role or ("tool" if seg.kind == "tool_result" else "assistant")
                     if seg.kind == "tool_result" and seg.name and framing.typescript_tools:
-                        role = framing.result_prefix + seg.name  # the result's author is the function
+                        role = own.result_prefix + seg.name  # the result's author is the function
                     tokens.append(START)
                     if framing.role_tokens:
                         tokens.extend(self._role(tok, role))
@@ -321,12 +325,12 @@ class PromptCounter:
                         tokens.extend([PAD] * framing.assistant_extra)
                 if seg.kind == "tool_use":
                     # The adapter's text is "name\narguments": name and arguments are in the content.
-                    tokens.extend([PAD] * framing.per_tool_call)
+                    tokens.extend([PAD] * own.per_tool_call)
                 elif seg.kind == "other" and seg.path.endswith(".name"):
                     tokens.extend([PAD] * framing.per_name)
                 elif seg.kind == "tool_result":
-                    tokens.extend([PAD] * framing.per_tool_result)
-                tokens.extend(self._segment_content(tok, framing, seg))
+                    tokens.extend([PAD] * own.per_tool_result)
+                tokens.extend(self._segment_content(tok, own, seg))
                 if closes and framing.per_message >= 2:
                     tokens.append(END)
             spans.append((start, len(tokens)))
@@ -334,7 +338,8 @@ class PromptCounter:
         # block of this request ends where the same block ends inside a longer, later request.
         tokens.extend(_reply(framing.reply))
         if prompt.forced_function is not None and framing.forced_call is not None:
-            tokens.extend(self._recipient(tok, framing, prompt.forced_function))
+            primed = legacy_calls(framing) if any(s.path.startswith("functions[") for s in segs) else framing
+            tokens.extend(self._recipient(tok, primed, prompt.forced_function))
             tokens.extend([PAD] * framing.forced_call)
         hidden = self._request_extras(tok, framing, prompt)
         return TokenizedPrompt(
@@ -346,6 +351,13 @@ class PromptCounter:
             count=provider_count(len(tokens) + hidden, ratio),
             hidden=hidden,
         )
+
+
+def _legacy_segment(seg: Segment) -> bool:
+    """A call or result in the legacy function-calling format (``function_call``, role "function")."""
+    if seg.kind == "tool_use":
+        return seg.path.endswith(".function_call")
+    return seg.kind == "tool_result" and seg.role == "function"
 
 
 def _shift(tokens: list[int], n: int) -> None:

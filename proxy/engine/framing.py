@@ -86,11 +86,17 @@ _CHAT = Framing(
 # shorter and never opens a message of its own (training split: 18 + 10 first-turn requests); a
 # function_call item costs one token more than a chat tool call (40 requests with one call + output).
 _RESPONSES = replace(_CHAT, tools_once=-3, tools_alone=0, per_tool_call=2, schema_alone=None)
-# gpt-3.5-turbo / gpt-4 (cl100k): the same tools section (hmarr/openai-chat-tokens' API-measured cases
-# match to the token, nested objects and enums included), but a call is "assistant" + the bare name +
-# arguments + 3, a result is authored by the bare name, a forced function adds its name + 4
-# (tests/engine/test_openai_tool_counting.py).
-_CL100K = replace(_CHAT, recipient_prefix="", result_prefix="", per_tool_call=3, per_tool_result=0)
+
+
+# The legacy function-calling format (`functions`, `function_call`, role `function`): the same tools
+# section, but a call is "assistant" + the bare name + arguments + 3, a result is authored by the bare
+# name, and a forced function adds its name + 4. hmarr/openai-chat-tokens' API-measured gpt-3.5-turbo
+# cases match to the token (tests/engine/test_openai_tool_counting.py); the recorded tool_calls of
+# gpt-3.5-turbo-0125 follow the tools format instead, so this goes by the message format, not the model.
+def legacy_calls(framing: Framing) -> Framing:
+    return replace(framing, recipient_prefix="", result_prefix="", per_tool_call=3, per_tool_result=0)
+
+
 _ANTHROPIC = Framing(
     per_message=2, reply=4, tools_once=438, tools_forced=532, per_tool=0, per_tool_call=23,
     per_tool_result=23, per_name=0, system_once=0, thinking_once=21, schema_once=75, typescript_tools=False,
@@ -118,11 +124,6 @@ FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", "o3"): replace(_CHAT, reply=2),
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-chat", "gpt-4o-2024-11-20"): replace(_CHAT, reply=2),
-    ("openai-chat", "gpt-3.5"): _CL100K,
-    ("openai-chat", "gpt-4"): _CL100K,  # gpt-4, gpt-4-0613, gpt-4-turbo; the o200k families below
-    ("openai-chat", "gpt-4o"): _CHAT,
-    ("openai-chat", "gpt-4.1"): _CHAT,
-    ("openai-chat", "gpt-4.5"): _CHAT,
     ("openai-responses", ""): _RESPONSES,
     # gpt-5 (harmony) always renders tools inside a developer message (openai/harmony), so with none
     # in the request the section opens one, as in Chat Completions.
