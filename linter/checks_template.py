@@ -166,7 +166,17 @@ def _structure(
 
 
 def _size(ctx: Context, pieces: list[Piece], static_tokens: list[int]) -> Iterator[Hit]:
-    first = next((i for i, p in enumerate(pieces) if not p.static and (p.volatile or p.per_request)), None)
+    # A date that changes once a day leaves the prefix after it cacheable all day: the cacheable
+    # prefix ends at the first value that changes per request.
+    first = next(
+        (
+            i
+            for i, p in enumerate(pieces)
+            if not p.static
+            and ((p.volatile and severity(p.frequency) is None) or (p.per_request and not p.volatile))
+        ),
+        None,
+    )
     if first is None:
         return
     prefix, total = sum(static_tokens[:first]), sum(static_tokens)

@@ -31,8 +31,8 @@ def json_hits(module: PyModule, node: ast.Call) -> Iterator[Hit]:
     name = callee(node)
     if name not in _JSON_CALLS or not node.args or any(k.arg is None for k in node.keywords):
         return
-    if _literal_ordered(module, node.args[0]):
-        return  # a dict written in the source serialises in the source's order
+    if _literal_ordered(module, node.args[0]) or _from_model(module, node.args[0]):
+        return  # a dict written in the source, or a pydantic schema / dump: the same order every time
     label = f"{dotted(node.func) or name}()"
     if isinstance(node.func, ast.Attribute) and dotted(node.func.value) == "orjson":
         option = keyword(node, "option")
@@ -92,6 +92,19 @@ def _unordered(module: PyModule, node: ast.expr) -> tuple[str, str] | None:
             found = _unordered(module, value)
             return found if found is not None and found[0] != "mapping" else None
     return None
+
+
+_MODEL_METHODS = frozenset({"model_json_schema", "model_dump", "json_schema", "schema", "dict"})
+
+
+def _from_model(module: PyModule, node: ast.expr, depth: int = 0) -> bool:
+    if isinstance(node, ast.Call) and callee(node) in _MODEL_METHODS and isinstance(node.func, ast.Attribute):
+        return True
+    if isinstance(node, ast.Name) and depth < 3:
+        chain = module.resolve(node)
+        if chain and len(chain) == 1 and chain[0].op == "=" and chain[0].value is not None:
+            return _from_model(module, chain[0].value, depth + 1)
+    return False
 
 
 def _literal_ordered(module: PyModule, node: ast.expr, depth: int = 0) -> bool:

@@ -18,7 +18,16 @@ from .frequency import Frequency, of_format, of_name
 from .py_order import json_hits, order_hits
 from .py_source import PyModule, callee, dotted
 from .template_scan import Piece
-from .vocab import STRFTIME, Volatile, classify_call, classify_name, is_per_request, is_per_user
+from .vocab import (
+    PERSONAL_WORDS,
+    STRFTIME,
+    Volatile,
+    classify_call,
+    classify_name,
+    is_per_request,
+    is_per_user,
+    words,
+)
 
 _MODULE_KINDS: dict[str, Volatile] = {"random": "random", "secrets": "unique-id"}
 _EXTRA_CALLS: dict[str, Volatile] = {
@@ -124,7 +133,7 @@ class Values:
             ):
                 if name.split(".")[0] in self.m.modules:
                     continue
-                if is_per_user(name) and not piece.per_user:
+                if _per_user(name) and not piece.per_user:
                     piece.per_user = name
                 piece.per_request = piece.per_request or is_per_request(name)
                 yield from self._name(node, name, piece, depth)
@@ -134,6 +143,15 @@ class Values:
     def _call(self, node: ast.Call) -> Candidate | None:
         name = callee(node)
         receiver = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else None
+        # `x.strftime(...)` shows a clock only when `x` is one: `order.created.strftime` is not.
+        formats_other = (
+            name in _FORMATTING
+            and isinstance(node.func, ast.Attribute)
+            and receiver not in ("time", "datetime")
+            and not any(True for _ in self._candidates(node.func.value, Piece(False, 0, 0), 1))
+        )
+        if formats_other:
+            return None
         kind = classify_call(name) or _EXTRA_CALLS.get(name)
         if kind is None and receiver in _MODULE_KINDS:
             kind = _MODULE_KINDS[receiver]
@@ -193,6 +211,15 @@ class Values:
             if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
                 return "instance" if parent.name == "__init__" else None
         return "process"
+
+
+def _per_user(name: str) -> bool:
+    """``user.email``, ``customer_name``, ``user_id``: not a bare ``user`` / ``client`` (in Python more
+    often the SDK client or a pydantic class) nor a class name such as ``UserDetail``."""
+    if name[:1].isupper() and not name.isupper():
+        return False
+    ws = words(name)
+    return is_per_user(name) and len(ws) > 1 and bool(set(ws[1:]) & PERSONAL_WORDS)
 
 
 def _converts(node: ast.expr) -> bool:

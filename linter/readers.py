@@ -76,6 +76,7 @@ def _promptish(text: str) -> bool:
 
 
 _FENCE = re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.M | re.S)
+_SPAN = re.compile(r"`[^`\n]+`")
 _PROMPT_PATH_WORDS = frozenset(
     {
         "prompt",
@@ -138,8 +139,12 @@ def _template_hits(ctx: Context, text: str, strict: bool, whole_system: bool, wh
 
 
 def _fences_as_text(text: str) -> str:
-    """Markdown code fences are examples: their `{{ }}` is shown, not rendered (same offsets)."""
-    return _FENCE.sub(lambda m: m.group().replace("{", "(").replace("}", ")"), text)
+    """Markdown code fences and spans are examples: their `{{ }}` is shown, not rendered (same offsets)."""
+
+    def shown(m: re.Match[str]) -> str:
+        return m.group().replace("{", "(").replace("}", ")")
+
+    return _SPAN.sub(shown, _FENCE.sub(shown, text))
 
 
 def _prompt_file(path: str, text: str) -> bool:
@@ -221,8 +226,8 @@ def lint_yaml(ctx: Context) -> list[Hit]:
     except ParseError as exc:
         line, col = ctx.source.position(exc.offset)
         raise FileError(f"{ctx.source.path}:{line}:{col}: {exc}", line, str(exc)) from exc
-    if root is None:
-        return []
+    if root is None or (root.kind == "object" and root.get("interactions") is not None):
+        return []  # empty, or a VCR cassette: recorded HTTP traffic, not a prompt config
     if root.kind == "array" or any(k in _REQUEST_KEYS for k, _, _ in root.members):
         hits = list(check_body(ctx, root, ctx.source.text, fixable=False))
         if root.kind == "array" or root.get("messages") is not None:

@@ -98,6 +98,9 @@ _PERSONAL_WORDS = frozenset(
 )
 
 
+PERSONAL_WORDS = _PERSONAL_WORDS
+
+
 def words(identifier: str) -> list[str]:
     """``requestId.value`` → [request, id, value]."""
     return [w.lower() for w in _WORD.findall(identifier)]

@@ -192,3 +192,10 @@ def test_markdown_and_text_are_prompts_only_when_they_say_so() -> None:
     assert [f.code for f in lint_source("notes.md", "Question: {{ question }}\n" + LONG * 12)][:1] == [
         "CW301"
     ]
+
+
+def test_markdown_code_spans_are_examples() -> None:
+    from cachewarden.linter.engine import lint_source
+
+    doc = "Use a template such as `Summarize: {{ documents[0].content }}`.\n" + LONG * 12
+    assert lint_source("docs/builders_api.md", doc) == []

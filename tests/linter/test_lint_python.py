@@ -209,3 +209,18 @@ def test_render_follows_keywords_into_the_template(project: Path, run: Run) -> N
     ((finding),) = as_json(out)["findings"]  # `ticket` is at the very end of the template: fine
     assert (finding["code"], finding["line"], finding["column"]) == ("CW101", 7, 27)
     assert finding["message"].startswith("`datetime.now() (as now in prompts/system.j2:1)` changes on every")
+
+
+def test_precision_on_patterns_seen_in_real_repositories() -> None:
+    source = (
+        "import json\nfrom datetime import date\n"
+        + POLICY
+        + "def system_prompt(client, memory, order, user, messages):\n"
+        + "    schema = UserDetail.model_json_schema()\n"
+        + "    return (f'Schema {json.dumps(schema)} for {UserDetail} via {client}. '\n"
+        + "            f'Created {memory.created.strftime(\"%H:%M\")}. Today {date.today()}. ' + POLICY)\n"
+    )
+    # `date.today()` changes once a day: an info note, and no CW401 / CW402 about the prefix before it.
+    assert [(f.code, f.severity) for f in lint_source("a.py", source)] == [("CW101", "info")]
+    per_user = "def system_prompt(user):\n    return f'You help {user.email}.'\n"
+    assert [f.code for f in lint_source("a.py", per_user)] == ["CW302"]
