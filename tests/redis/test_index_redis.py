@@ -266,7 +266,10 @@ def test_stores_digests_timestamps_lengths_and_ids_only(redis_url: str, redis_se
         for key in keys:
             assert b"tenant-secret" not in key
             if key in blocks:
-                (member,) = c.zrange(key, 0, -1)
+                members = c.zrange(key, 0, -1)
+                digests = [m for m in members if m[0] == 1]
+                (member,) = [m for m in members if m[0] >= 0x80]
+                assert all(len(d) == 1 + 8 + len(b"\x0012.5 23 req-1") for d in digests)
                 groups, _, value = member.partition(b"\x00" + b"12.5")
                 assert value == b" 23 req-1" and len(groups) in (4 * 4, 3 * 4)
                 # No token id in any width or byte order, no run of them.
@@ -278,14 +281,16 @@ def test_stores_digests_timestamps_lengths_and_ids_only(redis_url: str, redis_se
 
 
 def test_records_per_insert_are_one_a_block(redis_url: str, redis_server: Any) -> None:
-    # The default layout: a 4,000-token prompt is ceil(4000 / 512) = 8 records (<= tokens / 64).
+    # The default layout: a 4,000-token prompt is 15 records (<= tokens / 64).
     index = _index(redis_server)
     index.insert("s", list(range(4000)), now=0)
     with redis_server.client() as c:
-        assert sum(c.zcard(k) for k in c.keys("*")) == 8
+        # 8 blocks, and beside each of the 7 full ones its 8-byte digest (the walk reads those).
+        assert sum(c.zcard(k) for k in c.keys("*")) == 8 + 7
         index.insert("s", [*range(3000), *range(-1, -1001, -1)], now=1)
-        # The 5 shared full blocks are rewritten in place; 3000 is inside block 5: 3 new records.
-        assert sum(c.zcard(k) for k in c.keys("*")) == 8 + 3
+        # The 5 shared full blocks are rewritten in place; 3000 is inside block 5: blocks 5 and 6
+        # (full: two records each) and the partial block 7 are new.
+        assert sum(c.zcard(k) for k in c.keys("*")) == 15 + 5
 
 
 def test_hashes_do_not_depend_on_the_process(redis_url: str, redis_server: Any) -> None:
@@ -344,7 +349,7 @@ def test_hot_nodes_sweep_dead_children(redis_url: str, redis_server: Any) -> Non
         index.insert("s", [*system, i, i + 1, i + 2, i + 3], now=float(i), ttl=10)
     with redis_server.client() as c:
         sizes = [c.zcard(k) for k in c.keys("cachewarden:*:n:*")]
-    assert max(sizes) <= 2 * 64 + 11 + 1
+    assert max(sizes) <= 2 * 64 + 2 * 11 + 1
     m = index.lookup("s", [*system, 399, 400, 401, 402], now=400, ttl=10)
     assert (m.common_prefix_tokens, m.held_prefix_tokens) == (8, 8)
     assert index.lookup("s", [*system, 3, 4, 5, 6], now=400, ttl=0).held_prefix_tokens == 4  # swept

@@ -55,7 +55,7 @@ from typing import Any
 import redis
 
 from .base import NO_MATCH, IndexStats, Match
-from .redis_scripts import LOOKUP, MARK_WRITE, WRITE, Script
+from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
 from .redis_writes import WriteBehind
 
 __all__ = ["RedisIndex"]
@@ -64,6 +64,7 @@ _VERSION = b"cachewarden-index-v2"
 _DIGEST = 16  # chain digests (node names)
 _FIELD = 8  # mark fields
 _GROUP = 4  # bytes a token in a member
+_GIVEN = 2  # blocks whose bytes a lookup sends with its walk (the stop is most often there)
 _CHUNK = 512  # blocks per script call: each stays well under a 50 ms client timeout
 _BLOCK_CACHE = 16384  # full blocks whose member bytes are remembered (~500 bytes each)
 _TOKEN_MEMO = 1 << 18  # token -> its 4 bytes (a vocabulary is ~200k tokens)
@@ -290,21 +291,39 @@ class RedisIndex:
             return NO_MATCH
         prep = self._prepare(scope, toks)
         root, nodes, members = prep.root, prep.chain, prep.members
-        t = _threshold(now, ttl)
-        # Lua's tonumber cannot read "-inf": any time before the epoch will do.
-        head: list[bytes | str | int | float] = [repr(max(t, -1e300)), bs * _GROUP, self._scan]
+        t = repr(max(_threshold(now, ttl), -1e300))  # Lua's tonumber cannot read "-inf"
+        full = n // bs
+        # Full blocks are walked by their chain digest; the bytes of a block are needed only where
+        # the walk stops, which is most often one of the last two.
+        digests = [nodes[k + 1][:_FIELD] if k < full else b"" for k in range(len(members))]
         walked: list[_Record] = []
         stop: list[Any] | None = None
         live: int | None = None  # tokens of the live prefix, once known
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
+            given = members[max(ks.start, ks.stop - _GIVEN) : ks.stop]
             pending = self._writes.take() if self._writes is not None and s == 0 else []
-            call: Call = (LOOKUP, keys, [*head, *(members[k] for k in ks)])
-            got, stop, dead, dead_live = self._scripts([*pending, call])[-1]
+            call: Call = (LOOKUP, keys, [t, self._scan, len(given), *(digests[k] for k in ks), *given])
+            got, stop, dead, dead_live, need_stop, need_dead = self._scripts([*pending, call])[-1]
+            walked.extend(_Record(v) for v in got)
+            stop_at = len(walked)
+            asks: list[Call] = []
+            if need_stop:
+                asks.append(
+                    (AROUND, [self._key_of(root, b"n", nodes[stop_at])], [t, self._scan, members[stop_at]])
+                )
+            if need_dead:
+                k = s + dead - 1
+                asks.append((AROUND, [self._key_of(root, b"n", nodes[k])], [t, self._scan, members[k]]))
+            if asks:  # a second round trip, only when the walk stopped early in a long prompt
+                answers = self._scripts(asks)
+                if need_stop:
+                    stop = answers[0]
+                if need_dead:
+                    dead_live = answers[-1][2]
             if live is None and dead:
                 live = (s + dead - 1) * bs + int(dead_live)
-            walked.extend(_Record(v) for v in got)
             if stop:
                 break
         held_ext, best = 0, walked[-1] if walked else None
@@ -351,10 +370,12 @@ class RedisIndex:
         value = b"%s %d %s" % (repr(now).encode(), len(toks), eid.encode())
         head: list[bytes | str | int | float] = [value, repr(now), px, repr(keep), self._sweep]
         calls: list[Call] = []
+        full = len(toks) // self._bs
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
-            calls.append((WRITE, keys, [*head, *(members[k] for k in ks)]))
+            args = [x for k in ks for x in (members[k], nodes[k + 1][:_FIELD] if k < full else b"")]
+            calls.append((WRITE, keys, [*head, *args]))
         self._send(calls)
         return eid
 
