@@ -1,7 +1,7 @@
 """A ``PrefixIndex`` in Redis (or a Redis Cluster), shared by several proxy replicas.
 
 Same answers as ``MemoryIndex`` (tests/redis check it against the brute-force reference of
-tests/engine/test_index.py), with one record per block of ``block_size`` tokens (512 by default):
+tests/engine/test_index.py), with records per block of ``block_size`` tokens (512 by default):
 
 * A prompt's tokens are cut into blocks. ``H0`` is a keyed blake2b digest of the scope (and the
   block size); ``H(k+1) = blake2b(H(k) + block k)``. Python's ``hash()`` is salted per process and
@@ -10,7 +10,9 @@ tests/engine/test_index.py), with one record per block of ``block_size`` tokens 
 * The children of node ``H(k)`` (every block k seen after that prefix, full or the partial last
   block of a prompt) are the members of one sorted set ``{ns}:{root}:n:{H(k)}``: 4 bytes a token,
   then ``last_seen tokens entry_id`` of the newest insert through that block (redis_scripts.py
-  explains the order that makes the exact token-level LCP inside a block an O(log n) lookup).
+  explains the order that makes the exact token-level LCP inside a block an O(log n) lookup);
+  beside a full block, a member with its 8-byte chain digest and the same value, which the walk
+  over the held blocks reads.
   A token's 4 bytes are a keyed 31-bit pseudo-random function of the token id, XORed with a
   keystream of the node: equal tokens at the same place of the same prefix compare equal, and
   nothing else can be read from them without the index secret (no token id, no prompt text).
