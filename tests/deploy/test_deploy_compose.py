@@ -93,6 +93,8 @@ def stack(engine: Engine, image: Image, prometheus_image: str) -> Iterator[tuple
         down = compose("down", "-v", timeout=300)
         if down.returncode != 0:
             print(logs.stdout[-3000:], down.stderr[-2000:])
+        # podman-compose 1.0 leaves the project's network behind.
+        engine.run("network", "rm", f"{project}_default", check=False)
 
 
 def test_compose_prometheus_scrapes_the_proxy_and_loads_the_rules(stack: tuple[str, str]) -> None:
