@@ -226,27 +226,35 @@ class PromptCounter:
             self.memo.put((tok.name, "join", key), hit)
         return hit[0]
 
-    def _tools_host(self, tok: Tokenizer, framing: Framing, segs: Sequence[Segment]) -> int:
-        """Framing of the OpenAI tools section: the blank line that joins it to the first system /
-        developer message, or the header and end of a system message of its own.
+    @staticmethod
+    def _host(segs: Sequence[Segment]) -> int | None:
+        """Index of the last segment of the first system / developer message (or of top-level
+        instructions): the message the OpenAI tools / schema section joins; None when there is none."""
+        first = next((i for i, s in enumerate(segs) if s.kind not in ("tool", "schema")), None)
+        if first is None:
+            return None
+        head = segs[first]
+        if head.message_index is None:
+            return first if head.role is None or head.role in SYSTEM_ROLES else None
+        if head.role not in SYSTEM_ROLES:
+            return None
+        last = first
+        while last + 1 < len(segs) and segs[last + 1].message_index == head.message_index:
+            last += 1
+        return last
 
-        Joined, it is tokenized with the end of that message's text ("." + blank line is one o200k token),
-        so the separator is counted on the message's tail (64 characters hold any final pre-token piece).
+    def _separator(self, tok: Tokenizer, text: str) -> int:
+        """Tokens of the blank line that joins a section to a message ending in ``text``.
+
+        Joined, the provider tokenizes it with the end of the message ("." + blank line is one o200k
+        token), so it is counted on the message's tail (64 characters hold any final pre-token piece).
         """
-        first = next((s for s in segs if s.kind not in ("tool", "schema")), None)
-        if first is not None and (
-            first.role in SYSTEM_ROLES or (first.message_index is None and first.role is None)
-        ):
-            group = [
-                s for s in segs if s.kind not in ("tool", "schema") and s.message_index == first.message_index
-            ]
-            tail = group[-1].text[-64:]
-            if first.message_index is None:
-                tail = first.text[-64:]
-            key = f"sep\x00{digest_text(tail)}"
-            return len(self._content_raw(tok, key, tail + "\n\n")) - len(
-                self._content_raw(tok, "t" + key, tail)
-            )
+        tail = text[-64:]
+        key = f"sep\x00{digest_text(tail)}"
+        return len(self._content_raw(tok, key, tail + "\n\n")) - len(self._content_raw(tok, "t" + key, tail))
+
+    def _own_message(self, tok: Tokenizer, framing: Framing) -> int:
+        """Framing of a tools / schema section that opens a system message of its own."""
         if framing.tools_alone is not None:
             return framing.tools_alone
         return 3 + len(self._role(tok, "system"))
@@ -262,6 +270,11 @@ class PromptCounter:
         tool_idx = [i for i, s in enumerate(segs) if s.kind == "tool"]
         first_tool, last_tool = (tool_idx[0], tool_idx[-1]) if tool_idx else (-1, -1)
         seen_system = False
+        # The message the OpenAI tools / schema section joins (its separator is counted at its end).
+        joined = framing.tools_in_system and (first_tool >= 0 or any(s.kind == "schema" for s in segs))
+        host = self._host(segs) if joined else None
+        if joined and host is not None and first_tool < 0 and framing.schema_alone is None:
+            host = None  # a schema alone never joins in this format (Responses)
         legacy = framing.typescript_tools and prompt.provider == "openai-chat"
         # The tool-use system prompt depends on tool_choice, but tool_choice does not invalidate the tools
         # cache: the tools section carries the smaller of the two, _request_extras the difference.
@@ -273,8 +286,10 @@ class PromptCounter:
             closes = group is None or i == len(segs) - 1 or segs[i + 1].message_index != group
             if seg.kind == "tool":
                 if i == first_tool:
-                    host = self._tools_host(tok, framing, segs) if framing.tools_in_system else 0
-                    lead = tools_once + host
+                    # Joined to a host message, the separator is counted at the end of that message
+                    # (below): there, an edit of the message's end moves nothing before it.
+                    alone = framing.tools_in_system and host is None
+                    lead = tools_once + (self._own_message(tok, framing) if alone else 0)
                     tokens.extend([PAD] * max(0, lead))
                     if framing.typescript_tools:
                         tokens.extend(self._content_raw(tok, "tools-head", TOOLS_HEAD))
@@ -290,7 +305,7 @@ class PromptCounter:
                 lead = framing.schema_once
                 if framing.schema_alone is not None and first_tool < 0:
                     # Without tools this section is the one joined to the system message (or opening one).
-                    lead = framing.schema_alone + self._tools_host(tok, framing, segs)
+                    lead = framing.schema_alone + (self._own_message(tok, framing) if host is None else 0)
                 tokens.extend([PAD] * max(0, lead))
                 tokens.extend(self._segment_content(tok, framing, seg))
                 _shift(tokens, min(0, lead))
@@ -303,6 +318,8 @@ class PromptCounter:
                     tokens.extend([PAD] * framing.system_once)
                 seen_system = True
                 tokens.extend(self._segment_content(tok, framing, seg))
+                if i == host:
+                    tokens.extend([PAD] * self._separator(tok, seg.text))
                 if framing.typescript_tools:
                     tokens.append(END)
             else:
@@ -331,6 +348,8 @@ class PromptCounter:
                 elif seg.kind == "tool_result":
                     tokens.extend([PAD] * own.per_tool_result)
                 tokens.extend(self._segment_content(tok, own, seg))
+                if i == host:
+                    tokens.extend([PAD] * self._separator(tok, seg.text))
                 if closes and framing.per_message >= 2:
                     tokens.append(END)
             spans.append((start, len(tokens)))
