@@ -232,10 +232,17 @@ class UsageTracker:
         self._message_id: str | None = None
         self._diagnostics: tuple[Any, ...] = ()
         self._seen_usage = False
+        self._ended = False
 
     @property
     def unparsed(self) -> bool:
         return self._failed is not None
+
+    @property
+    def stream_ended(self) -> bool:
+        """The stream's own last event went by (Chat ``[DONE]``, Anthropic ``message_stop``, a
+        Responses terminal event): a client may hang up from here on without losing anything."""
+        return self._ended
 
     def feed(self, chunk: bytes) -> None:
         if self._failed is not None or not chunk:
@@ -271,6 +278,8 @@ class UsageTracker:
         return data
 
     def _on_event(self, event: str | None, payload: bytes) -> None:
+        if self._is_last_event(event, payload):
+            self._ended = True
         if self.provider == "openai-responses":
             # Only the terminal event carries usage; skip parsing the many delta events.
             if event is not None and event not in _RESPONSES_TERMINAL:
@@ -282,6 +291,15 @@ class UsageTracker:
         obj = _load(payload)
         if isinstance(obj, Mapping):
             self._on_object(obj)
+
+    def _is_last_event(self, event: str | None, payload: bytes) -> bool:
+        if self.provider == "openai-responses":
+            return event in _RESPONSES_TERMINAL or (
+                event is None and any(f'"{t}"'.encode() in payload for t in _RESPONSES_TERMINAL)
+            )
+        if self.provider == "anthropic":
+            return event == "message_stop" or (event is None and b'"message_stop"' in payload)
+        return payload.strip() == b"[DONE]"
 
     def _on_object(self, obj: Mapping[str, Any]) -> None:
         kind = obj.get("type")

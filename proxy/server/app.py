@@ -315,7 +315,14 @@ class Proxy:
             # After the body, receive() returns only on disconnect, or (uvicorn) once the response ended.
             while (await receive())["type"] != "http.disconnect":
                 pass
-            if not completed:
+            if completed:
+                return
+            if flow.response_ended:
+                # SDKs close a stream once its last event arrived, often before the final (empty)
+                # body message went out: the exchange is complete, stop waiting for the upstream's end.
+                flow.outcome = str(flow.status)
+                scope_.cancel()
+            else:
                 flow.outcome = "client_disconnect"
                 logger.info("flow %s: client disconnected; cancelling the upstream request", flow.id)
                 scope_.cancel()

@@ -196,6 +196,7 @@ async def relay(
                 flow.timings.first_byte = time.perf_counter()
             if tracker is not None:
                 tracker.feed(chunk)
+                flow.response_ended = tracker.stream_ended
             if editor is not None:
                 chunk = editor.feed(chunk)
                 if not chunk:

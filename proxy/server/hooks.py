@@ -84,6 +84,8 @@ class Flow:
     usage_raw: Mapping[str, Any] | None = None
     usage_state: UsageState | None = None
     error: str | None = None
+    # The response's own end was relayed (a stream's last event): a hang-up after it is no loss.
+    response_ended: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
