@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from .findings import Edit, Hit
 from .py_source import PyModule, callee, dotted, keyword
+from .vocab import words
 
 _JSON_CALLS = frozenset({"dumps", "json_dumps", "to_json"})
 _VIEWS = {"items": "sorted({0})", "keys": "sorted({0})", "values": ""}
@@ -98,8 +99,13 @@ _MODEL_METHODS = frozenset({"model_json_schema", "model_dump", "json_schema", "s
 
 
 def _from_model(module: PyModule, node: ast.expr, depth: int = 0) -> bool:
+    """A JSON schema or a model dump: generated from a class, so in the same order every time."""
     if isinstance(node, ast.Call) and callee(node) in _MODEL_METHODS and isinstance(node.func, ast.Attribute):
         return True
+    name = dotted(node.func) if isinstance(node, ast.Call) else dotted(node)
+    ws = set(words(name or ""))
+    if ws & {"schema", "schemas"} or {"model", "description"} <= ws:
+        return True  # `resolved_schema`, `self._schema`, `generate_model_description(Model)`
     if isinstance(node, ast.Name) and depth < 3:
         chain = module.resolve(node)
         if chain and len(chain) == 1 and chain[0].op == "=" and chain[0].value is not None:

@@ -92,8 +92,8 @@ def test_not_prompts_and_tails_are_not_findings() -> None:
 def test_unordered_iteration_fixes(project: Path, run: Run) -> None:
     (project / "p.py").write_text(
         "import json\n"
-        "def system_prompt(tags, schema):\n"
-        "    return ('Tags: ' + ', '.join(set(tags)) + '. Schema: ' + json.dumps(schema)\n"
+        "def system_prompt(tags, settings):\n"
+        "    return ('Tags: ' + ', '.join(set(tags)) + '. Settings: ' + json.dumps(settings)\n"
         "            + '. Use only these tags and this schema.')\n"
     )
     code, out, _ = run("--format", "json", "p.py")
@@ -101,7 +101,7 @@ def test_unordered_iteration_fixes(project: Path, run: Run) -> None:
     assert code == 1 and set(found) == {"CW201", "CW202"}
     assert found["CW201"]["fix"]["applicability"] == "safe"
     assert run("--fix", "p.py")[0] == 1  # the set still needs --unsafe-fixes
-    assert "json.dumps(schema, sort_keys=True)" in (project / "p.py").read_text()
+    assert "json.dumps(settings, sort_keys=True)" in (project / "p.py").read_text()
     assert run("--fix", "--unsafe-fixes", "p.py")[0] == 0
     assert "', '.join(sorted(set(tags)))" in (project / "p.py").read_text()
 
@@ -224,3 +224,14 @@ def test_precision_on_patterns_seen_in_real_repositories() -> None:
     assert [(f.code, f.severity) for f in lint_source("a.py", source)] == [("CW101", "info")]
     per_user = "def system_prompt(user):\n    return f'You help {user.email}.'\n"
     assert [f.code for f in lint_source("a.py", per_user)] == ["CW302"]
+
+
+def test_schemas_serialise_in_a_fixed_order() -> None:
+    source = (
+        "import json\n"
+        "def system_prompt(model, data):\n"
+        "    model_schema = build(model)\n"
+        "    return ('Schema: ' + json.dumps(model_schema, indent=2) + ' Data: ' + json.dumps(data)\n"
+        "            + ' Answer with JSON that follows the schema above, and nothing else.')\n"
+    )
+    assert [(f.code, f.column) for f in lint_source("a.py", source)] == [("CW201", 75)]
