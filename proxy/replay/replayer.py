@@ -12,6 +12,7 @@ list a request a moment before an earlier-started one, and the cache cannot be y
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,6 +186,55 @@ def analyse_entry(
     )
 
 
+# A log written as responses end (the proxy's capture) lists a request after later-started ones
+# whose responses ended first (analysis hooks run on several workers). The replay puts timestamped
+# lines back in request order within this many lines, so it compares each request with the one the
+# live proxy compared it with; memory stays bounded.
+REORDER_WINDOW = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    index: int
+    entry: LogEntry | None = None
+    problem: Problem | None = None
+
+
+def _parsed(lines: Iterable[str]) -> Iterator[_Parsed]:
+    for index, line in enumerate(lines):
+        try:
+            entry = parse_line(line)
+        except SkipLine as exc:
+            yield _Parsed(index, problem=Problem(index, str(exc), skipped=True))
+            continue
+        except LogLineError as exc:
+            yield _Parsed(index, problem=Problem(index, str(exc)))
+            continue
+        except Exception as exc:  # a bug on one line must not lose a replay of a large log
+            yield _Parsed(index, problem=Problem(index, f"internal error ({type(exc).__name__}: {exc})"))
+            continue
+        if entry is not None:
+            yield _Parsed(index, entry)
+
+
+def _in_time_order(parsed: Iterable[_Parsed], window: int) -> Iterator[_Parsed]:
+    """Timestamped entries by (timestamp, line) within ``window`` lines; an entry without a timestamp
+    (and every problem) flushes what is held first, so untimed logs keep their line order."""
+    held: list[tuple[float, int, _Parsed]] = []
+    for item in parsed:
+        timestamp = item.entry.timestamp if item.entry is not None else None
+        if timestamp is None:
+            while held:
+                yield heapq.heappop(held)[2]
+            yield item
+            continue
+        heapq.heappush(held, (timestamp, item.index, item))
+        if len(held) > window:
+            yield heapq.heappop(held)[2]
+    while held:
+        yield heapq.heappop(held)[2]
+
+
 def replay(
     lines: Iterable[str],
     *,
@@ -194,7 +244,8 @@ def replay(
     tenant: str = DEFAULT_TENANT,
     on_problem: Callable[[Problem], None] | None = None,
 ) -> Iterator[Row]:
-    """Rows of a LOG, lazily, in order. ``lines`` are the LOG's lines (index = position, 0-based).
+    """Rows of a LOG, lazily, in request order. ``lines`` are the LOG's lines (index = position,
+    0-based); timestamped lines are put back in time order within ``REORDER_WINDOW`` lines.
 
     ``provider`` forces the request format and ``model`` the model of every request. A line that
     cannot be replayed goes to ``on_problem`` and the replay goes on.
@@ -203,11 +254,13 @@ def replay(
 
     engine = engine or Engine()
     clock = _Clock()
-    for index, line in enumerate(lines):
+    for item in _in_time_order(_parsed(lines), REORDER_WINDOW):
+        if item.problem is not None or item.entry is None:
+            if on_problem is not None and item.problem is not None:
+                on_problem(item.problem)
+            continue
+        entry, index = item.entry, item.index
         try:
-            entry = parse_line(line)
-            if entry is None:
-                continue
             prompt = parse_request(entry.body, provider or entry.provider, model=entry.model)
             if model:
                 prompt = prompt.with_model(model)

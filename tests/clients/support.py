@@ -9,7 +9,8 @@ proxy, with its own API keys each time (the emulator's cache is per key, so both
   ``stream_options.include_usage``), and no response whose usage could not be read;
 - live predicted cached tokens == reported, request by request (the prediction-error histogram has
   every observation at 0) and in total; no ``unexplained`` miss; no analysis error;
-- a replay of the capture predicting exactly what the live proxy predicted.
+- a replay of the capture predicting exactly what the live proxy predicted, with the same miss
+  reasons and tokens lost.
 """
 
 from __future__ import annotations
@@ -185,3 +186,14 @@ def check(rig: Rig) -> None:
         "uncached": sum(r.predicted.uncached for r in rows),
     }
     assert replayed == {k: predicted.get(k, 0) for k in replayed}, (replayed, predicted)
+    # ... and explains the same misses with the same reasons and costs.
+    live_reasons: dict[str, float] = defaultdict(float)
+    for (name, labels), value in samples.items():
+        if name == "cachewarden_cache_miss_tokens_total" and value:
+            live_reasons[dict(labels)["reason"]] += value
+    replay_reasons: dict[str, float] = defaultdict(float)
+    for row in rows:
+        for reason in row.reasons:
+            if reason.tokens_lost:
+                replay_reasons[reason.code] += reason.tokens_lost
+    assert dict(replay_reasons) == dict(live_reasons), (replay_reasons, live_reasons)

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from cachewarden.proxy.replay import replayer
 from cachewarden.proxy.replay.replayer import Problem, Row, replay
 from cachewarden.proxy.replay.report import Report
 from replay_fixtures import BUILDERS, SHARED_DATA, SYSTEM, chat, line
@@ -74,7 +75,19 @@ def test_without_timestamps_requests_are_one_second_apart() -> None:
     assert not any(r.timestamped for r in rows)
 
 
-def test_the_clock_never_runs_backwards() -> None:
+def test_lines_written_as_responses_ended_are_replayed_in_request_order() -> None:
+    # The proxy's capture: the request of line 1 started first, its response ended second.
+    lines = [line({"request": chat(n), "timestamp": t}) for n, t in ((3, T0 + 10), (1, T0 + 5), (5, T0 + 20))]
+    rows, _ = rows_of(lines)
+    assert [r.index for r in rows] == [1, 0, 2]
+    assert [r.at for r in rows] == [T0 + 5, T0 + 10, T0 + 20]
+    # In request order the shorter prompt comes first: the longer one reads it from the cache.
+    assert rows[1].predicted.cached > 0
+
+
+def test_the_clock_never_runs_backwards(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Beyond the reorder window, a late line is replayed where it is, at the clock's time.
+    monkeypatch.setattr(replayer, "REORDER_WINDOW", 0)
     lines = [line({"request": chat(n), "timestamp": t}) for n, t in ((1, T0 + 10), (3, T0 + 5), (5, T0 + 20))]
     rows, _ = rows_of(lines)
     assert [r.at for r in rows] == [T0 + 10, T0 + 10, T0 + 20]
