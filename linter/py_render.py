@@ -31,8 +31,8 @@ _VOLATILE_CODES = frozenset({"CW101", "CW102", "CW103"})
 
 
 def render_hits(ctx: Context, module: PyModule) -> Iterator[Hit]:
-    for node in module.nodes:
-        if isinstance(node, ast.Call) and callee(node) == "render" and isinstance(node.func, ast.Attribute):
+    for node in module.of_type(ast.Call):
+        if callee(node) == "render" and isinstance(node.func, ast.Attribute):
             yield from _render(ctx, module, node)
 
 

@@ -178,9 +178,10 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
             seen.add(key)
             yield site
 
-    calls = [n for n in module.nodes if isinstance(n, ast.Call)]
+    calls = module.of_type(ast.Call)
+    providers = {id(call): sdk_provider(call) for call in calls}
     for call in calls:
-        provider = sdk_provider(call)
+        provider = providers[id(call)]
         if provider is None:
             continue
         model = _literal_model(call)
@@ -191,29 +192,30 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
             elif k.arg in ("messages", "input"):
                 for text in _role_texts(module, resolved(module, k.value)):
                     yield from once(Site(text, system=True, model=model, provider=provider))
-    for node in module.nodes:
-        if isinstance(node, ast.Dict):
-            for text in _role_texts(module, node):
-                yield from once(Site(text, system=True))
-        elif isinstance(node, ast.Call):
-            yield from (s for site in _call_sites(module, node) for s in once(site))
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            decorated = any(
-                _attrs(d)[-1:] in (["system_prompt"], ["instructions"]) for d in node.decorator_list
-            )
-            if decorated or _prompt_name(node.name):
-                system = decorated or _is_system(node.name)
-                for ret in ast.walk(node):
-                    if isinstance(ret, ast.Return) and ret.value is not None:
-                        yield from once(Site(ret.value, system=system))
+    for dict_node in module.of_type(ast.Dict):
+        for text in _role_texts(module, dict_node):
+            yield from once(Site(text, system=True))
+    for call in calls:
+        yield from (s for site in _call_sites(module, call, providers[id(call)]) for s in once(site))
+    functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
+        *module.of_type(ast.FunctionDef),
+        *module.of_type(ast.AsyncFunctionDef),
+    ]
+    for node in functions:
+        decorated = any(_attrs(d)[-1:] in (["system_prompt"], ["instructions"]) for d in node.decorator_list)
+        if decorated or _prompt_name(node.name):
+            system = decorated or _is_system(node.name)
+            for ret in ast.walk(node):
+                if isinstance(ret, ast.Return) and ret.value is not None:
+                    yield from once(Site(ret.value, system=system))
     for (_, name), bindings in module.bindings.items():
         if _prompt_name(name):
             for chain in _chains(bindings):
                 yield from once(Site(None, chain, system=_is_system(name)))
-    for node in module.nodes:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(node, ast.Assign) and isinstance(target, ast.Attribute) and _prompt_name(target.attr):
-            yield from once(Site(node.value, system=_is_system(target.attr)))
+    for assign in module.of_type(ast.Assign):
+        target = assign.targets[0] if len(assign.targets) == 1 else None
+        if isinstance(target, ast.Attribute) and _prompt_name(target.attr):
+            yield from once(Site(assign.value, system=_is_system(target.attr)))
 
 
 def _chains(bindings: list[Binding]) -> Iterator[tuple[Binding, ...]]:
@@ -243,7 +245,7 @@ def _role_texts(module: PyModule, node: ast.expr) -> Iterator[ast.expr]:
         yield from _blocks(module, content)
 
 
-def _call_sites(module: PyModule, node: ast.Call) -> Iterator[Site]:
+def _call_sites(module: PyModule, node: ast.Call, provider: str | None) -> Iterator[Site]:
     name = callee(node)
     if name == "Agent":
         for k in node.keywords:
@@ -268,14 +270,14 @@ def _call_sites(module: PyModule, node: ast.Call) -> Iterator[Site]:
             elif name != "from_messages":
                 yield Site(arg, placeholders=True)
     for k in node.keywords:
-        if k.arg and _prompt_name(k.arg) and sdk_provider(node) is None:
+        if k.arg and _prompt_name(k.arg) and provider is None:
             yield Site(k.value, system=_is_system(k.arg))
 
 
 def tool_sites(module: PyModule) -> Iterator[ast.expr]:
     """Expressions that build the tool list an SDK call sends."""
-    for node in module.nodes:
-        if isinstance(node, ast.Call) and sdk_provider(node) is not None:
+    for node in module.of_type(ast.Call):
+        if sdk_provider(node) is not None:
             for k in node.keywords:
                 if k.arg in ("tools", "functions"):
                     yield k.value
