@@ -89,8 +89,14 @@ class Rig:
 def rig(tmp: Path) -> Iterator[Rig]:
     capture = tmp / "capture.jsonl"
     with serving(create_emulator(), "emulator", timeout=15) as emulator:
+        # One analysis worker: requests are analysed in the order they were sent. With several, a
+        # request whose response came back fast can be analysed after the next one, which then
+        # misses its cache write (the analysis-ordering defect of the hot-path issue, not this one).
         settings = Settings(
-            openai_upstream=emulator.url, anthropic_upstream=emulator.url, capture=str(capture)
+            openai_upstream=emulator.url,
+            anthropic_upstream=emulator.url,
+            capture=str(capture),
+            analysis_workers=1,
         )
         with serving(build(settings), "proxy", timeout=15) as proxy:
             yield Rig(emulator.url, proxy.url, capture)
