@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from .findings import Edit, Hit
+from .findings import Edit, Hit, Severity
 from .py_source import PyModule, callee, dotted, keyword
 from .vocab import words
 
@@ -35,10 +35,13 @@ def json_hits(module: PyModule, node: ast.Call) -> Iterator[Hit]:
     if _literal_ordered(module, node.args[0]) or _from_model(module, node.args[0]):
         return  # a dict written in the source, or a pydantic schema / dump: the same order every time
     label = f"{dotted(node.func) or name}()"
+    # Built by the same code each time, a dict keeps its order: a warning only when the data is
+    # visibly from elsewhere or iterated from an unordered source, else a note.
+    level: Severity | None = None if _varying(module, node.args[0]) else "info"
     if isinstance(node.func, ast.Attribute) and dotted(node.func.value) == "orjson":
         option = keyword(node, "option")
         if option is None or "OPT_SORT_KEYS" not in module.segment(option.value):
-            yield Hit("CW201", *module.span(node.func), {"value": label})
+            yield Hit("CW201", *module.span(node.func), {"value": label}, severity=level)
         return
     sort_keys = keyword(node, "sort_keys")
     if sort_keys is not None and not (
@@ -50,7 +53,23 @@ def json_hits(module: PyModule, node: ast.Call) -> Iterator[Hit]:
     else:
         last = max(module.span(a)[1] for a in [*node.args, *(k.value for k in node.keywords)])
         edit = Edit(last, last, ", sort_keys=True")
-    yield Hit("CW201", *module.span(node.func), {"value": label}, (edit,))
+    yield Hit("CW201", *module.span(node.func), {"value": label}, (edit,), severity=level)
+
+
+def _varying(module: PyModule, node: ast.expr, depth: int = 0) -> bool:
+    """Data whose key order is not this code's: parsed from another service (``resp.json()``,
+    ``json.loads``), merged (``{**a, **b}``), or built by iterating a set, a listing or a dict view."""
+    if isinstance(node, ast.Name) and depth < 3:
+        chain = module.resolve(node)
+        value = chain[0].value if chain and chain[0].op == "=" else None
+        return value is not None and _varying(module, value, depth + 1)
+    if isinstance(node, ast.Call):
+        return callee(node) in ("loads", "safe_load") or (callee(node) == "json" and not node.args)
+    if isinstance(node, ast.Dict):
+        return any(k is None for k in node.keys)
+    if isinstance(node, ast.DictComp | ast.ListComp | ast.GeneratorExp):
+        return any(_unordered(module, g.iter) is not None for g in node.generators)
+    return False
 
 
 def order_hits(module: PyModule, iterable: ast.expr) -> Iterator[Hit]:

@@ -235,3 +235,18 @@ def test_schemas_serialise_in_a_fixed_order() -> None:
         "            + ' Answer with JSON that follows the schema above, and nothing else.')\n"
     )
     assert [(f.code, f.column) for f in lint_source("a.py", source)] == [("CW201", 75)]
+
+
+def test_json_of_data_from_elsewhere_is_a_warning_else_a_note() -> None:
+    source = (
+        "import json\n"
+        "def system_prompt(resp, settings, extra):\n"
+        "    data = resp.json()\n"
+        "    return ('Data: ' + json.dumps(data) + ' Settings: ' + json.dumps(settings)\n"
+        "            + ' Merged: ' + json.dumps({**settings, **extra}) + ' Answer from the data only.')\n"
+    )
+    assert [(f.code, f.severity) for f in lint_source("a.py", source)] == [
+        ("CW201", "warning"),
+        ("CW201", "info"),
+        ("CW201", "warning"),
+    ]
