@@ -50,7 +50,7 @@ image:
 	@command -v $(ENGINE) >/dev/null 2>&1 || { echo "make image: neither podman nor docker is installed" >&2; exit 2; }
 ifneq ($(OFFLINE),)
 	deploy/base-image.sh $(patsubst localhost/%,%,$(BASE_IMAGE)) $(ENGINE)
-	$(WHEEL_PY) -m pip wheel -q --wheel-dir deploy/wheels '.[proxy,redis]' setuptools wheel $(OFFLINE_EXTRA_WHEELS)
+	$(WHEEL_PY) -m pip wheel -q --wheel-dir deploy/wheels '.[proxy,redis,otel]' setuptools wheel $(OFFLINE_EXTRA_WHEELS)
 	rm -f deploy/wheels/cachewarden-*.whl
 endif
 	$(ENGINE) build -f deploy/Dockerfile $(if $(filter podman,$(notdir $(ENGINE))),$(PODMAN_FLAGS)) \

@@ -432,7 +432,7 @@ def test_dockerfile_base_and_install() -> None:
     froms = [args for ins, args in dockerfile_instructions() if ins == "FROM"]
     assert all(expand(f).split()[0] == "python:3.11-slim" for f in froms)
     runs = " ".join(args for ins, args in dockerfile_instructions() if ins == "RUN")
-    assert "'.[proxy,redis]'" in runs and "'cachewarden[proxy,redis]'" in runs
+    assert "'.[proxy,redis,otel]'" in runs and "'cachewarden[proxy,redis,otel]'" in runs
 
 
 def test_dockerfile_copies_exist_and_are_not_ignored() -> None:
