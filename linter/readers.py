@@ -77,27 +77,11 @@ def _promptish(text: str) -> bool:
 
 _FENCE = re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.M | re.S)
 _SPAN = re.compile(r"`[^`\n]+`")
-_PROMPT_PATH_WORDS = frozenset(
-    {
-        "prompt",
-        "prompts",
-        "template",
-        "templates",
-        "system",
-        "instructions",
-        "preamble",
-        "persona",
-        "personas",
-        "agent",
-        "agents",
-        "skill",
-        "skills",
-        "claude",
-        "gemini",
-        "copilot",
-        "messages",
-    }
+_PROMPT_STEM_WORDS = frozenset({"prompt", "prompts", "system", "instructions", "preamble", "persona"})
+_PROMPT_FOLDER_WORDS = frozenset(
+    {"prompt", "prompts", "template", "templates", "instructions", "personas", "skills"}
 )
+_AGENT_FILES = frozenset({"agents", "claude", "gemini", "skill", "copilot-instructions"})  # AGENTS.md...
 
 
 class FileError(CachewardenError):
@@ -151,8 +135,10 @@ def _prompt_file(path: str, text: str) -> bool:
     """A Markdown / text file is a prompt when it says so: template syntax, or a name that does."""
     if "{{" in text or "{%" in text or FORMAT_CLOCK.search(text):
         return True
-    parts = os.path.normpath(os.path.splitext(path)[0]).split(os.sep)
-    return any(set(words(part)) & _PROMPT_PATH_WORDS for part in parts)
+    *folders, stem = os.path.normpath(os.path.splitext(path)[0]).split(os.sep)
+    if stem.lower() in _AGENT_FILES or set(words(stem)) & _PROMPT_STEM_WORDS:
+        return True
+    return any(set(words(folder)) & _PROMPT_FOLDER_WORDS for folder in folders)
 
 
 def lint_template(ctx: Context) -> Iterator[Hit]:
