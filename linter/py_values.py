@@ -43,6 +43,7 @@ _EXTRA_CALLS: dict[str, Volatile] = {
     "asctime": "timestamp",
 }
 _DAILY_CALLS = frozenset({"today", "date"})
+_BUILTINS = frozenset({"str", "repr", "len", "sorted", "list", "tuple", "dict", "set", "format", "json"})
 # Methods whose result still shows the clock or id they are called on.
 _FORMATTING = frozenset(
     {
@@ -91,6 +92,10 @@ class Values:
             frequency = of_format(spec_text) or "request"
             candidates.append(Candidate(start, end, "timestamp", f"{piece.label}:{spec_text}", frequency))
         if not candidates:
+            if not piece.per_request and not piece.per_user and self._constant(expr):
+                # `format_as_xml(EXAMPLES)`: made from module constants, the same text on every
+                # request; its length is unknown, so it counts as the least static text that matters.
+                return Piece(True, start, start, include="?")
             return piece
         chosen = min(candidates, key=lambda c: (c.start, -c.end))
         inner = [c for c in candidates if chosen.start <= c.start and c.end <= chosen.end]
@@ -202,6 +207,19 @@ class Values:
         if isinstance(value, ast.BinOp):  # now + timedelta(days=1)
             return self._direct(value.left, span) or self._direct(value.right, span)
         return False
+
+    def _constant(self, expr: ast.expr) -> bool:
+        """Every name in ``expr`` is a module-level constant (UPPER_CASE) or an import."""
+        names = [n for n in ast.walk(expr) if isinstance(n, ast.Name)]
+        if not names or any(isinstance(n, ast.Lambda | ast.NamedExpr) for n in ast.walk(expr)):
+            return False
+        for name in names:
+            if name.id in self.m.modules or name.id in _BUILTINS:
+                continue
+            chain = self.m.resolve(name)
+            if not (name.id.isupper() and chain and self.m.scope_of(chain[0].stmt) is self.m.tree):
+                return False
+        return True
 
     def _evaluated(self, node: ast.AST) -> Frequency | None:
         """ "process" when computed at import, "instance" in ``__init__``, None inside a function."""

@@ -250,3 +250,15 @@ def test_json_of_data_from_elsewhere_is_a_warning_else_a_note() -> None:
         ("CW201", "info"),
         ("CW201", "warning"),
     ]
+
+
+def test_values_made_from_module_constants_are_static_text() -> None:
+    source = (
+        "from datetime import datetime\n"
+        "EXAMPLES = ['a', 'b']\n"
+        "@agent.system_prompt\n"
+        "def prompt():\n"
+        "    return f'Now {datetime.now()}\\n{format_as_xml(EXAMPLES)}'\n"
+    )
+    assert [f.code for f in lint_source("a.py", source)] == ["CW101"]
+    assert lint_source("a.py", source.replace("format_as_xml(EXAMPLES)", "format_as_xml(examples)")) == []
