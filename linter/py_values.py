@@ -210,7 +210,8 @@ class Values:
 
     def _constant(self, expr: ast.expr) -> bool:
         """Every name in ``expr`` is a module-level constant (UPPER_CASE) or an import."""
-        names = [n for n in ast.walk(expr) if isinstance(n, ast.Name)]
+        called = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}  # functions, not data
+        names = [n for n in ast.walk(expr) if isinstance(n, ast.Name) and id(n) not in called]
         if not names or any(isinstance(n, ast.Lambda | ast.NamedExpr) for n in ast.walk(expr)):
             return False
         for name in names:
