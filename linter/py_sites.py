@@ -33,11 +33,54 @@ _PROMPT_WORDS = frozenset({"prompt", "instructions", "instruction", "preamble", 
 _AGENT_FIELDS = frozenset({"role", "goal", "backstory"})  # crewAI Agent(...): its system prompt
 # A name ending in one of these holds something about a prompt, not its text.
 _NOT_TEXT = frozenset(
-    (
-        "role roles count tokens token len length id ids key keys enabled flag path paths file files dir type "
-        "kind index idx hash version mode name names parts part cache size limit max min fn func function "
-        "functions cls class factory builder loader registry tool tools"
-    ).split()
+    {
+        "role",
+        "roles",
+        "count",
+        "tokens",
+        "token",
+        "len",
+        "length",
+        "id",
+        "ids",
+        "key",
+        "keys",
+        "enabled",
+        "flag",
+        "path",
+        "paths",
+        "file",
+        "files",
+        "dir",
+        "type",
+        "kind",
+        "index",
+        "idx",
+        "hash",
+        "version",
+        "mode",
+        "name",
+        "names",
+        "parts",
+        "part",
+        "cache",
+        "size",
+        "limit",
+        "max",
+        "min",
+        "fn",
+        "func",
+        "function",
+        "functions",
+        "cls",
+        "class",
+        "factory",
+        "builder",
+        "loader",
+        "registry",
+        "tool",
+        "tools",
+    }
 )
 
 _PROMPT_VERB = frozenset(
