@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from . import context as limits
 from .context import Context
 from .findings import Edit, Hit
 from .frequency import message_args, severity
+from .sources import find_beside
 from .template_scan import Loop, Piece, Scan, dotted, sorted_chain
 from .vocab import ISO_DATETIME, RFC_DATETIME, words
 
@@ -68,25 +68,8 @@ def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, 
 def _include_tokens(ctx: Context, name: str) -> int:
     """Tokens of an included template, looked up beside this one and in the folders above it; one
     that cannot be found still counts as static text (the least that makes a value before it matter)."""
-    text = _included_text(os.path.dirname(os.path.abspath(ctx.source.path)), name)
-    return ctx.tokens(text) if text is not None else limits.VOLATILE_TAIL_TOKENS
-
-
-@functools.lru_cache(maxsize=256)
-def _included_text(folder: str, name: str) -> str | None:
-    if name in ("", "?") or os.path.isabs(name):
-        return None
-    current = folder
-    for _ in range(4):
-        candidate = os.path.join(current, name)
-        if os.path.isfile(candidate) and os.path.getsize(candidate) < 2**20:
-            try:
-                with open(candidate, encoding="utf-8") as fh:
-                    return fh.read()
-            except (OSError, UnicodeDecodeError):
-                return None
-        current = os.path.dirname(current)
-    return None
+    found = find_beside(os.path.dirname(os.path.abspath(ctx.source.path)), name if name != "?" else "")
+    return ctx.tokens(found[1]) if found is not None else limits.VOLATILE_TAIL_TOKENS
 
 
 def _volatile(pieces: list[Piece], after: list[int]) -> Iterator[Hit]:

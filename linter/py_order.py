@@ -106,9 +106,8 @@ def _unordered(module: PyModule, node: ast.expr) -> tuple[str, str] | None:
             return None if _literal_ordered(module, node.func.value) else ("mapping", name)
         return None
     if isinstance(node, ast.Name):
-        chain = module.resolve(node)
-        value = chain[0].value if chain and len(chain) == 1 and chain[0].op == "=" else None
-        if value is not None and not isinstance(value, ast.Name):
+        value = module.value_of(node)
+        if value is not node and not isinstance(value, ast.Name):
             found = _unordered(module, value)
             return found if found is not None and found[0] != "mapping" else None
     return None
@@ -125,19 +124,13 @@ def _from_model(module: PyModule, node: ast.expr, depth: int = 0) -> bool:
     ws = set(words(name or ""))
     if ws & {"schema", "schemas"} or {"model", "description"} <= ws:
         return True  # `resolved_schema`, `self._schema`, `generate_model_description(Model)`
-    if isinstance(node, ast.Name) and depth < 3:
-        chain = module.resolve(node)
-        if chain and len(chain) == 1 and chain[0].op == "=" and chain[0].value is not None:
-            return _from_model(module, chain[0].value, depth + 1)
-    return False
+    value = module.value_of(node)
+    return value is not node and depth < 3 and _from_model(module, value, depth + 1)
 
 
 def _literal_ordered(module: PyModule, node: ast.expr, depth: int = 0) -> bool:
     """A dict / list literal (or a name bound once to one): its order is the source's."""
     if isinstance(node, ast.Dict | ast.List | ast.Tuple):
         return all(k is not None for k in getattr(node, "keys", ()))  # `**other` merges an unknown order
-    if isinstance(node, ast.Name) and depth < 3:
-        chain = module.resolve(node)
-        if chain and len(chain) == 1 and chain[0].op == "=" and chain[0].value is not None:
-            return _literal_ordered(module, chain[0].value, depth + 1)
-    return False
+    value = module.value_of(node)
+    return value is not node and depth < 3 and _literal_ordered(module, value, depth + 1)

@@ -22,7 +22,7 @@ from .frequency import Frequency
 from .py_sites import resolved
 from .py_source import PyModule, callee
 from .py_values import Values
-from .sources import Source
+from .sources import Source, find_beside
 from .template_scan import scan_template
 from .vocab import Volatile
 
@@ -82,15 +82,5 @@ def _template(path: str, module: PyModule, receiver: ast.expr) -> tuple[str, str
         return f"{os.path.basename(path)} (inline template)", arg.value
     if name != "get_template":
         return None
-    folder = os.path.dirname(os.path.abspath(path))
-    for _ in range(4):
-        for sub in _FOLDERS:
-            candidate = os.path.join(folder, sub, arg.value)
-            if os.path.isfile(candidate) and os.path.getsize(candidate) < 2**20:
-                try:
-                    with open(candidate, encoding="utf-8") as fh:
-                        return os.path.relpath(candidate), fh.read()
-                except (OSError, UnicodeDecodeError):
-                    return None
-        folder = os.path.dirname(folder)
-    return None
+    found = find_beside(os.path.dirname(os.path.abspath(path)), arg.value, _FOLDERS)
+    return (os.path.relpath(found[0]), found[1]) if found is not None else None

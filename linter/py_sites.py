@@ -142,11 +142,7 @@ def _is_system(name: str) -> bool:
 
 def resolved(module: PyModule, expr: ast.expr) -> ast.expr:
     """A name's value when it is bound once with ``=`` (a list of messages or tools), else itself."""
-    if isinstance(expr, ast.Name):
-        chain = module.resolve(expr)
-        if chain and len(chain) == 1 and chain[0].op == "=" and chain[0].value is not None:
-            return chain[0].value
-    return expr
+    return module.value_of(expr)
 
 
 def _blocks(module: PyModule, expr: ast.expr) -> Iterator[ast.expr]:

@@ -132,6 +132,14 @@ class PyModule:
             while isinstance(scope, ast.ClassDef):  # a class body does not enclose its methods
                 scope = self.scope_of(scope)
 
+    def value_of(self, expr: ast.expr) -> ast.expr:
+        """A name's value when it is bound once with ``=`` where it is used, else the expression."""
+        if isinstance(expr, ast.Name):
+            chain = self.resolve(expr)
+            if chain and len(chain) == 1 and chain[0].op == "=" and chain[0].value is not None:
+                return chain[0].value
+        return expr
+
     def _bind(self, scope: ScopeNode, name: str, binding: Binding) -> None:
         self.bindings.setdefault((id(scope), name), []).append(binding)
 

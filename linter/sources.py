@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -67,6 +68,26 @@ class Source:
 def line_starts(text: str) -> list[int]:
     """Offsets of the first character of each line."""
     return [0, *(m.end() for m in _NEWLINE.finditer(text))]
+
+
+@functools.lru_cache(maxsize=256)
+def find_beside(folder: str, name: str, subfolders: tuple[str, ...] = ("",)) -> tuple[str, str] | None:
+    """(path, text) of a file another one refers to (an include, a rendered template): looked up in
+    ``folder`` and the three folders above it (and their ``subfolders``); None when not found."""
+    if not name or os.path.isabs(name):
+        return None
+    current = folder
+    for _ in range(4):
+        for sub in subfolders:
+            candidate = os.path.join(current, sub, name)
+            if os.path.isfile(candidate) and os.path.getsize(candidate) < 2**20:
+                try:
+                    with open(candidate, encoding="utf-8") as fh:
+                        return candidate, fh.read()
+                except (OSError, UnicodeDecodeError):
+                    return None
+        current = os.path.dirname(current)
+    return None
 
 
 def walk(paths: Iterable[str]) -> Iterator[str]:
