@@ -195,6 +195,17 @@ def _blocks(root: Node, tools: list[Node]) -> list[Block]:
     return blocks
 
 
+def _prefix_tokens(ctx: Context, blocks: list[Block], enough: int) -> int:
+    """Tokens of the blocks, counted block by block until ``enough``: a breakpoint deep in a long
+    conversation costs a few blocks' tokenization, not the whole prompt's (live requests too)."""
+    total = 0
+    for block in blocks:
+        total += ctx.tokens(block.text) + 1  # + the separator between blocks
+        if total >= enough:
+            break
+    return max(0, total - 1)
+
+
 def _breakpoints(ctx: Context, root: Node, tools: list[Node]) -> Iterator[Hit]:
     rules = ctx.info.cache
     blocks = _blocks(root, tools)
@@ -206,7 +217,7 @@ def _breakpoints(ctx: Context, root: Node, tools: list[Node]) -> Iterator[Hit]:
     for n, (index, block, at) in enumerate(marks):
         end = at + len('"cache_control"')
         if rules.min_tokens > 0:
-            prefix = ctx.tokens("\n".join(b.text for b in blocks[: index + 1]))
+            prefix = _prefix_tokens(ctx, blocks[: index + 1], rules.min_tokens)
             if prefix < rules.min_tokens:
                 args = {
                     "path": block.path,

@@ -199,3 +199,20 @@ def test_markdown_code_spans_are_examples() -> None:
 
     doc = "Use a template such as `Summarize: {{ documents[0].content }}`.\n" + LONG * 12
     assert lint_source("docs/builders_api.md", doc) == []
+
+
+def test_breakpoint_below_minimum_counts_the_prefix_up_to_the_mark() -> None:
+    from cachewarden.linter.engine import lint_source
+
+    def body(system: str) -> str:
+        return json.dumps(
+            {
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 10,
+                "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+                "messages": [{"role": "user", "content": "Hi"}],
+            }
+        )
+
+    assert "CW307" in [f.code for f in lint_source("r.json", body(LONG))]
+    assert "CW307" not in [f.code for f in lint_source("r.json", body(LONG * 30))]
