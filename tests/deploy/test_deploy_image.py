@@ -128,7 +128,11 @@ def test_image_runs_non_root_read_only_healthy_and_drains_on_sigterm(engine: Eng
     assert usage["openai_cached"] > 0 and usage["anthropic_cached"] > 0, usage
     assert usage["openai_stream"]
 
-    samples = scrape(proxy_url)
+    # Requests are counted once their analysis ended, beside the answers: wait for all five.
+    deadline = time.monotonic() + 30
+    while metric_sum(samples := scrape(proxy_url), "cachewarden_requests_total") < 5:
+        assert time.monotonic() < deadline, "the five requests were never counted"
+        time.sleep(0.1)
     assert metric_sum(samples, "cachewarden_requests_total") == 5
     assert metric_sum(samples, "cachewarden_input_tokens_total", source="reported", kind="cached") > 0
     assert metric_sum(samples, "cachewarden_input_tokens_total", source="predicted", kind="cached") > 0

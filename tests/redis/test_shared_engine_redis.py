@@ -52,9 +52,19 @@ def replica(url: str | None, **kw: Any) -> Engine:
     return Engine(index=open_index(url, **kw), wide_index=open_index(url, **kw))
 
 
+def _flush(engine: Any) -> None:
+    """Waits for the replica's queued Redis writes (open_index writes behind the analysis), as the
+    next request another replica sees would, a few milliseconds later."""
+    for index in (engine.index, engine.wide_index):
+        flush = getattr(getattr(index, "primary", None), "flush", None)
+        if flush is not None:
+            flush()
+
+
 def test_openai_prefix_seen_on_a_is_a_hit_on_b(redis_url: str) -> None:
     a, b, alone = replica(redis_url), replica(redis_url), replica(None)
     first = a.analyse(chat(1), tenant="t", now=1000)
+    _flush(a)
     second = b.analyse(chat(2), tenant="t", now=1005)
     # Replica B predicts what one engine that saw both requests predicts.
     single = Engine()
@@ -79,12 +89,14 @@ def _fields(m: Any) -> tuple[Any, ...]:
 def test_anthropic_breakpoint_written_on_a_is_read_on_b(redis_url: str) -> None:
     a, b = replica(redis_url), replica(redis_url)
     first = a.analyse(anthropic(1), tenant="t", now=1000)
+    _flush(a)
     written = first.prediction.cache_write_tokens
     assert written > 0
     second = b.analyse(anthropic(2), tenant="t", now=1030)
     assert second.prediction.cached_tokens == written  # found through the marks A stored
     assert second.prediction.limits == ()
     # And back: B's write is A's read.
+    _flush(b)
     third = a.analyse(anthropic(3), tenant="t", now=1060)
     assert (
         third.prediction.cached_tokens
@@ -96,6 +108,7 @@ def test_tenants_never_share_through_redis(redis_url: str) -> None:
     a, b = replica(redis_url), replica(redis_url)
     a.analyse(chat(1), tenant="tenant-a", now=1000)
     a.analyse(anthropic(1), tenant="tenant-a", now=1000)
+    _flush(a)
     other = b.analyse(chat(2), tenant="tenant-b", now=1001)
     assert other.prediction.cached_tokens == 0 and other.match.held_prefix_tokens == 0
     other = b.analyse(anthropic(2), tenant="tenant-b", now=1001)
@@ -106,6 +119,7 @@ def test_tenants_never_share_through_redis(redis_url: str) -> None:
 def test_expiry_on_a_shared_prefix(redis_url: str) -> None:
     a, b = replica(redis_url), replica(redis_url)
     a.analyse(chat(1), tenant="t", now=1000)
+    _flush(a)
     late = b.analyse(chat(2), tenant="t", now=1000 + 10_000)
     assert late.prediction.cached_tokens == 0
     assert late.match.held_prefix_tokens > 0 and "expired" in late.prediction.limits
@@ -123,6 +137,7 @@ def test_redis_down_and_back(own_redis: Any) -> None:
     url = own_redis.url + "?retry=0.1"
     a, b = replica(url, on_outage=stages.append), replica(url, on_outage=stages.append)
     a.analyse(chat(1), tenant="t", now=1000)
+    _flush(a)
     assert b.analyse(chat(2), tenant="t", now=1001).prediction.cached_tokens > 0
 
     own_redis.stop()
@@ -148,5 +163,6 @@ def test_redis_down_and_back(own_redis: Any) -> None:
     _wait_until(lambda: (b.analyse(chat(7), tenant="x", now=1012), b_index.healthy)[1])
     # Shared predictions resume: a prefix A writes now is a hit on B, which never saw it.
     a.analyse(chat(3), tenant="w", now=1020)
+    _flush(a)
     assert b.analyse(chat(4), tenant="w", now=1021).prediction.cached_tokens > 0
     assert b_index.healthy and b_index.outages_total == 1
