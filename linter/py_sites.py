@@ -191,6 +191,13 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
     for dict_node in module.of_type(ast.Dict):
         for text in _role_texts(module, dict_node):
             yield from once(Site(text, system=True))
+        # A request body written as a dict (`kwargs = {"model": ..., "system": ...}`; `create(**kwargs)`).
+        model_node = _get(dict_node, "model")
+        for key in ("system", "instructions") if model_node is not None else ():
+            value = _get(dict_node, key)
+            literal = model_node.value if isinstance(model_node, ast.Constant) else None
+            for text in _blocks(module, value) if value is not None else ():
+                yield from once(Site(text, system=True, model=literal if isinstance(literal, str) else None))
     for call in calls:
         yield from (s for site in _call_sites(module, call, providers[id(call)]) for s in once(site))
     functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = [

@@ -162,7 +162,9 @@ def _from_yaml(node: yaml.Node, starts: list[int], constructor: yaml.SafeLoader)
 def parse_yaml(text: str) -> Node | None:
     """The first document of a YAML file (None when empty); raises ParseError."""
     try:
-        root = yaml.compose(text, Loader=_LOADER)
+        # The first document; the others must be valid too (a Kubernetes manifest has several).
+        documents = list(yaml.compose_all(text, Loader=_LOADER))
+        root = documents[0] if documents else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or exc.__class__.__name__

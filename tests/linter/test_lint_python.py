@@ -262,3 +262,14 @@ def test_values_made_from_module_constants_are_static_text() -> None:
     )
     assert [f.code for f in lint_source("a.py", source)] == ["CW101"]
     assert lint_source("a.py", source.replace("format_as_xml(EXAMPLES)", "format_as_xml(examples)")) == []
+
+
+def test_a_request_body_written_as_a_dict_is_a_site() -> None:
+    source = (
+        "import uuid\n"
+        + POLICY
+        + "def ask(client, text):\n"
+        + "    kwargs = {'model': 'claude-sonnet-4-5', 'system': f'Run {uuid.uuid4()}. ' + POLICY}\n"
+        + "    return client.messages.create(**kwargs)\n"
+    )
+    assert [f.code for f in lint_source("a.py", source)] == ["CW102"]
