@@ -25,7 +25,7 @@ from .findings import Finding
 from .fixes import apply_fixes
 from .rulebook import load_rules
 from .selection import Selection, check_codes
-from .sources import kind_of, walk
+from .sources import kind_of, sniff, walk
 
 MAX_FIX_PASSES = 10
 
@@ -81,6 +81,15 @@ def _options(args: argparse.Namespace, config: FileConfig) -> Options:
     return Options(Selection(select, ignore, pfi), settings)
 
 
+def _script(path: str) -> bool:
+    """A file named on the command line without a known extension: read if it is a Python script."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return sniff(fh.read(200)) is not None
+    except OSError:
+        return False
+
+
 def _lint_file(path: str, shown: str, options: Options, fix: bool, unsafe: bool) -> tuple[list[Finding], int]:
     try:
         with open(path, encoding="utf-8", newline="") as fh:
@@ -129,7 +138,7 @@ def run(argv: Sequence[str]) -> int:
     lenient = replace(options, lenient=True)
     for path in walk(paths):
         shown = _display(path, bases)
-        if kind_of(path) is None or any(
+        if (kind_of(path) is None and not (path in named and _script(path))) or any(
             fnmatch.fnmatch(shown, g) or fnmatch.fnmatch(shown, f"{g}/*") for g in config.exclude
         ):
             continue  # pre-commit passes every staged file of the listed types; others are not ours

@@ -13,7 +13,7 @@ from .findings import Finding, Fix, Hit
 from .readers import FileError, lint_json, lint_python, lint_template, lint_yaml
 from .rulebook import Rule, load_rules
 from .selection import Selection
-from .sources import Source, kind_of
+from .sources import Source, kind_of, sniff
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ def lint_source(
 ) -> list[Finding]:
     """Findings for one file's text; the file kind comes from ``path``'s extension."""
     options = options or Options()
-    kind = kind_of(path) or "template"
+    kind = kind_of(path) or sniff(text) or "template"
     source = Source(path, text, kind)
     rules = load_rules()
     try:

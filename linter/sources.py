@@ -70,6 +70,14 @@ def line_starts(text: str) -> list[int]:
     return [0, *(m.end() for m in _NEWLINE.finditer(text))]
 
 
+_PYTHON_SHEBANG = re.compile(r"#![^\n]*\bpython[0-9.]*\b")
+
+
+def sniff(text: str) -> Kind | None:
+    """The kind of a file without a known extension: a Python script by its ``#!`` line."""
+    return "python" if _PYTHON_SHEBANG.match(text) else None
+
+
 @functools.lru_cache(maxsize=256)
 def find_beside(folder: str, name: str, subfolders: tuple[str, ...] = ("",)) -> tuple[str, str] | None:
     """(path, text) of a file another one refers to (an include, a rendered template): looked up in

@@ -146,3 +146,14 @@ def test_unreadable_files_found_in_a_directory_are_notes(project: Path, run: Run
         ("py2.py", "CW502", 2, "info"),
     ]
     assert run(".devcontainer/devcontainer.json")[0] == 2  # named on the command line: an error
+
+
+def test_a_named_python_script_without_extension_is_read(project: Path, run: Run) -> None:
+    (project / "agent").write_text(
+        "#!/usr/bin/env python3\nimport uuid\ndef system_prompt():\n"
+        "    return f'Run {uuid.uuid4()}. ' + '''" + LONG + "'''\n"
+    )
+    (project / "notes").write_text("Run {{ now() }}.\n" + LONG)
+    code, out, _ = run("--format", "json", "agent", "notes")
+    assert code == 1 and [(f["path"], f["code"]) for f in as_json(out)["findings"]] == [("agent", "CW102")]
+    assert run("--format", "json", ".")[1].count('"CW102"') == 0  # a directory walk goes by extension
