@@ -61,17 +61,40 @@ def _try_repo(hook_repo: Path, work: Path, tmp: Path) -> subprocess.CompletedPro
     )
 
 
+PY_AGENT = """import time
+
+POLICY = (
+    "You are the support assistant for ACME Corporation. Answer questions about orders, refunds, "
+    "shipping and warranties. Be concise, cite the policy section you rely on, and never invent "
+    "order numbers or tracking codes. Escalate to a human agent when the customer asks for one."
+)
+
+
+def ask(client, question):
+    stamp = time.strftime("%H:%M")
+    system = {system}
+    return client.messages.create(
+        model="claude-sonnet-4-5", max_tokens=512, system=system,
+        messages=[{{"role": "user", "content": question}}],
+    )
+"""
+
+
 def test_pre_commit_hook_fails_on_bad_and_passes_on_good(tmp_path: Path) -> None:
     hook_repo = _hook_repo(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
     _git(work, "init", "-q")
     (work / "bad.j2").write_text("Today is {{ now() }}.\n" + LONG)
+    # The hook also reads the Python that builds prompts: a time to the minute before static text.
+    (work / "agent.py").write_text(PY_AGENT.format(system='f"Time: {stamp}. " + POLICY'))
     _git(work, "add", "-A")
     bad = _try_repo(hook_repo, work, tmp_path)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "CW101" in bad.stdout
+    assert "agent.py" in bad.stdout and "bad.j2" in bad.stdout, bad.stdout
     (work / "bad.j2").write_text(LONG + "Today is {{ now() }}.\n")
+    (work / "agent.py").write_text(PY_AGENT.format(system='POLICY + f" Time: {stamp}."'))
     _git(work, "add", "-A")
     good = _try_repo(hook_repo, work, tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
