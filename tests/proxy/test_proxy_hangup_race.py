@@ -16,18 +16,9 @@ from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.server.metrics import Metrics
 
 
-def test_hangup_right_after_the_last_byte_counts_as_200() -> None:
-    def upstream(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"id": "c", "choices": [], "usage": {"prompt_tokens": 3}})
-
-    metrics = Metrics()
-    app = create_app(
-        Settings(openai_upstream="http://upstream.test"),
-        metrics=metrics,
-        transport=httpx.MockTransport(upstream),
-    )
-    body = json.dumps({"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}).encode()
-    scope: dict[str, Any] = {
+def _chat_scope(body: bytes) -> dict[str, Any]:
+    """The ASGI scope of a Chat Completions POST carrying ``body``."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -40,6 +31,20 @@ def test_hangup_right_after_the_last_byte_counts_as_200() -> None:
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 2),
     }
+
+
+def test_hangup_right_after_the_last_byte_counts_as_200() -> None:
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"id": "c", "choices": [], "usage": {"prompt_tokens": 3}})
+
+    metrics = Metrics()
+    app = create_app(
+        Settings(openai_upstream="http://upstream.test"),
+        metrics=metrics,
+        transport=httpx.MockTransport(upstream),
+    )
+    body = json.dumps({"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    scope = _chat_scope(body)
 
     async def main() -> None:
         done = asyncio.Event()  # the last byte went out
@@ -102,19 +107,7 @@ def _stream_and_hang_up(events: list[bytes], hang_up_after: bytes) -> str:
     )
     payload = {"model": "gpt-4.1", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     body = json.dumps(payload).encode()
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-    }
+    scope = _chat_scope(body)
 
     async def main() -> None:
         seen = asyncio.Event()
