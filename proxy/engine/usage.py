@@ -31,6 +31,7 @@ UsageState = Literal["reported", "missing", "unparsed"]
 Provider = Literal["openai-chat", "openai-responses", "anthropic"]
 
 _RESPONSES_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_RESPONSES_TERMINAL_QUOTED = tuple(f'"{t}"'.encode() for t in _RESPONSES_TERMINAL)
 # A usage-bearing body or SSE event larger than this is not parsed (the bytes still pass through).
 DEFAULT_PARSE_LIMIT = 16 * 2**20
 
@@ -295,7 +296,7 @@ class UsageTracker:
     def _is_last_event(self, event: str | None, payload: bytes) -> bool:
         if self.provider == "openai-responses":
             return event in _RESPONSES_TERMINAL or (
-                event is None and any(f'"{t}"'.encode() in payload for t in _RESPONSES_TERMINAL)
+                event is None and any(quoted in payload for quoted in _RESPONSES_TERMINAL_QUOTED)
             )
         if self.provider == "anthropic":
             return event == "message_stop" or (event is None and b'"message_stop"' in payload)

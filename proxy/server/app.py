@@ -321,11 +321,10 @@ class Proxy:
                 # SDKs close a stream once its last event arrived, often before the final (empty)
                 # body message went out: the exchange is complete, stop waiting for the upstream's end.
                 flow.outcome = str(flow.status)
-                scope_.cancel()
             else:
                 flow.outcome = "client_disconnect"
                 logger.info("flow %s: client disconnected; cancelling the upstream request", flow.id)
-                scope_.cancel()
+            scope_.cancel()
 
         async with anyio.create_task_group() as exchange:
             exchange.start_soon(watch, exchange.cancel_scope)
