@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from cachewarden.proxy.engine.index.base import Match, PrefixIndex
+from cachewarden.proxy.engine.index.base import Lookup, Match, PrefixIndex, lookup_many
 from cachewarden.proxy.engine.index.memory import MemoryIndex
 
 from .cache_model import Prediction, breakpoint_positions, predict
@@ -189,12 +189,15 @@ class Engine:
         salted = salted_tokens(prompt, tp)
         stream = tokens if salted is tp.tokens else _frozen(salted)
 
-        match = self.index.lookup(scope, stream, now=now, ttl=rules.ttl_seconds)
+        wide = self.wide_scope(tenant, prompt)
+        # Both lookups at once: two shared indexes on one Redis answer in one round trip.
+        match, wide_match = lookup_many(
+            [Lookup(self.index, scope, stream, rules.ttl_seconds), Lookup(self.wide_index, wide, tokens, 0)],
+            now=now,
+        )
         marks = _MarkBook(self.index, scope, stream, now, rules.ttl_seconds, rules.max_ttl_seconds)
         prediction = predict(prompt, tp, rules, match, marks.lookup)
 
-        wide = self.wide_scope(tenant, prompt)
-        wide_match = self.wide_index.lookup(wide, tokens, now=now, ttl=0)
         previous = self.history(wide_match.entry_id, tenant)
         heads = area_heads(prompt, tp.spans)
         if previous is None:

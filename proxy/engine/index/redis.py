@@ -50,13 +50,13 @@ import sys
 import threading
 import uuid
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from .base import NO_MATCH, IndexStats, Match
+from .base import NO_MATCH, IndexStats, Lookup, Match
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
 from .redis_writes import WriteBehind
 
@@ -73,6 +73,8 @@ _TOKEN_MEMO = 1 << 18  # token -> its 4 bytes (a vocabulary is ~200k tokens)
 _ESCAPE = -(2**63)  # int64 token values are 8 bytes; this one introduces a longer encoding
 
 Call = tuple[Script, list[bytes], list[bytes | str | int | float]]
+# A lookup in steps (``RedisIndex._walk``): yields each round trip's calls, is sent their answers.
+_Walk = Generator[list[Call], list[Any], Match]
 
 
 def _encode(toks: Sequence[int]) -> tuple[bytes, Sequence[int]]:
@@ -97,6 +99,14 @@ def _encode(toks: Sequence[int]) -> tuple[bytes, Sequence[int]]:
         parts.append(b)
         offsets.append(offsets[-1] + len(b))
     return b"".join(parts), offsets
+
+
+def _server_of(client: redis.Redis) -> tuple[object, ...]:
+    """What makes two clients reach the same Redis: then one pipeline may carry both indexes' calls."""
+    pool = client.connection_pool
+    kw = pool.connection_kwargs
+    fields = ("host", "port", "path", "db", "username", "password")
+    return (pool.connection_class, *(kw.get(f) for f in fields))
 
 
 def _threshold(now: float, ttl: float) -> float:
@@ -149,6 +159,7 @@ class RedisIndex:
         self._r = client
         # A Redis Cluster runs each call on its slot's node: only a single Redis gets pipelines.
         self._pipelined = isinstance(client, redis.Redis)
+        self._server = _server_of(client) if self._pipelined else None
         self._bs = block_size
         self._ns = namespace.encode()
         # blake2b takes keys of up to 64 bytes; a longer secret is condensed first.
@@ -287,6 +298,63 @@ class RedisIndex:
     # -- PrefixIndex --------------------------------------------------------------------------------
 
     def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match:
+        return self._run([(self, self._walk(scope, tokens, now, ttl))])[0]
+
+    def lookup_many(self, queries: Sequence[Lookup], *, now: float) -> list[Match]:
+        """``JointLookups``: the lookups of every ``RedisIndex`` on this one's server (whatever its
+        secret or namespace) share each round trip; the others are their index's own lookup."""
+        out: list[Match | None] = [None] * len(queries)
+        joined: list[int] = []
+        walks: list[tuple[RedisIndex, _Walk]] = []
+        for i, q in enumerate(queries):
+            index = q.index
+            if isinstance(index, RedisIndex) and (
+                index is self or (self._server is not None and index._server == self._server)
+            ):
+                joined.append(i)
+                walks.append((index, index._walk(q.scope, q.tokens, now, q.ttl)))
+        for i, match in zip(joined, self._run(walks), strict=True):
+            out[i] = match
+        return [
+            m if m is not None else q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
+            for m, q in zip(out, queries, strict=True)
+        ]
+
+    def _run(self, walks: list[tuple[RedisIndex, _Walk]]) -> list[Match]:
+        """Runs walks side by side: each round trip carries the next calls of all of them (and, on
+        the first, the writes their indexes still have queued: each reads its own writes)."""
+        results: list[Match] = [NO_MATCH] * len(walks)
+        replies: list[list[Any] | None] = [None] * len(walks)
+        active = list(range(len(walks)))
+        first = True
+        while active:
+            batch: list[Call] = []
+            spans: list[tuple[int, int, int]] = []
+            for i in active:
+                try:
+                    reply = replies[i]
+                    calls = next(walks[i][1]) if reply is None else walks[i][1].send(reply)
+                except StopIteration as done:
+                    results[i] = done.value
+                    continue
+                spans.append((i, len(batch), len(calls)))
+                batch.extend(calls)
+            if not spans:
+                break
+            pending: list[Call] = []
+            if first:
+                first = False
+                for index in {id(w[0]): w[0] for w in walks}.values():
+                    if index._writes is not None:
+                        pending.extend(index._writes.take())
+            got = self._scripts([*pending, *batch])[len(pending) :]
+            for i, at, size in spans:
+                replies[i] = got[at : at + size]
+            active = [i for i, _, _ in spans]
+        return results
+
+    def _walk(self, scope: str, tokens: Sequence[int], now: float, ttl: float) -> _Walk:
+        """A lookup as a generator: yields the script calls of each round trip, gets their answers."""
         toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
         n, bs = len(toks), self._bs
         if not n:
@@ -305,9 +373,8 @@ class RedisIndex:
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
             given = members[max(ks.start, ks.stop - _GIVEN) : ks.stop]
-            pending = self._writes.take() if self._writes is not None and s == 0 else []
             call: Call = (LOOKUP, keys, [t, self._scan, len(given), *(digests[k] for k in ks), *given])
-            got, stop, dead, dead_live, need_stop, need_dead = self._scripts([*pending, call])[-1]
+            got, stop, dead, dead_live, need_stop, need_dead = (yield [call])[0]
             walked.extend(_Record(v) for v in got)
             stop_at = len(walked)
             asks: list[Call] = []
@@ -319,7 +386,7 @@ class RedisIndex:
                 k = s + dead - 1
                 asks.append((AROUND, [self._key_of(root, b"n", nodes[k])], [t, self._scan, members[k]]))
             if asks:  # a second round trip, only when the walk stopped early in a long prompt
-                answers = self._scripts(asks)
+                answers = yield asks
                 if need_stop:
                     stop = answers[0]
                 if need_dead:

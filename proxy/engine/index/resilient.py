@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from .base import IndexStats, Match, PrefixIndex
+from .base import NO_MATCH, IndexStats, Lookup, Match, PrefixIndex, lookup_many
 
 __all__ = ["ResilientIndex"]
 
@@ -92,10 +92,13 @@ class ResilientIndex:
         except Exception:
             self._failed(stage)
             return False, None
+        self._succeeded()
+        return True, result
+
+    def _succeeded(self) -> None:
         if not self.healthy:
             with self._lock:
                 self.healthy, self._delay = True, self._retry
-        return True, result
 
     def _failed(self, stage: str) -> None:
         with self._lock:
@@ -119,6 +122,36 @@ class ResilientIndex:
         local = self.fallback.lookup(scope, toks, now=now, ttl=ttl)
         ok, shared = self._call("lookup", lambda: self.primary.lookup(scope, toks, now=now, ttl=ttl))
         return _better(shared, local) if ok and shared is not None else local
+
+    def lookup_many(self, queries: Sequence[Lookup], *, now: float) -> list[Match]:
+        """``JointLookups``: the primaries of the ``ResilientIndex`` queries are asked together
+        (one round trip when they share a Redis), each merged with its local answer. A failure
+        of that call is an outage of each of them."""
+        out: list[Match | None] = [None] * len(queries)
+        asked: list[tuple[int, ResilientIndex]] = []
+        shared: list[Lookup] = []
+        for i, q in enumerate(queries):
+            index = q.index
+            if not isinstance(index, ResilientIndex):
+                out[i] = index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
+                continue
+            toks = q.tokens if isinstance(q.tokens, list | tuple) else list(q.tokens)
+            out[i] = index.fallback.lookup(q.scope, toks, now=now, ttl=q.ttl)
+            if index._due():
+                asked.append((i, index))
+                shared.append(Lookup(index.primary, q.scope, toks, q.ttl))
+        if shared:
+            try:
+                got = lookup_many(shared, now=now)
+            except Exception:
+                for _, index in asked:
+                    index._failed("lookup")
+            else:
+                for (i, index), match in zip(asked, got, strict=True):
+                    index._succeeded()
+                    local = out[i]
+                    out[i] = match if local is None else _better(match, local)
+        return [m if m is not None else NO_MATCH for m in out]
 
     def insert(
         self,
