@@ -1,14 +1,31 @@
-"""Linter speed: files per second on 1,000 generated templates; the whole rule set on a 400 KB body."""
+"""Linter speed: files per second on real repositories, against a bare ``ast.parse`` in the same run.
+
+``python bench/bench_lint.py [REPO_DIR ...]`` (or ``CACHEWARDEN_LINT_CORPUS=dir1:dir2``) lints each
+directory the way ``cachewarden lint --format json DIR`` does (walk, read, every rule, JSON output)
+and prints its files, seconds, files/s, the Python files/s, and the ratio of the whole lint to a
+bare ``ast.parse`` of the same Python files: the floor any AST linter pays. Directories are trees
+extracted from public repositories, kept outside this repository (e.g.
+``git --git-dir=... archive HEAD | tar -x -C /tmp/corpus/NAME``). Without any, it falls back to 1,000
+generated templates. Always: the whole rule set on a 400 KB request body.
+"""
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import io
 import json
+import os
+import sys
 import tempfile
 import time
+import warnings
+from dataclasses import replace
 from pathlib import Path
 
 from cachewarden.linter.cli import main
-from cachewarden.linter.engine import lint_source
+from cachewarden.linter.engine import Options, lint_source
+from cachewarden.linter.sources import kind_of, walk
 
 TEMPLATE = """You are assistant number {n} for ACME. Answer questions about orders, refunds and shipping.
 Cite the policy section you rely on and never invent order numbers.
@@ -29,6 +46,59 @@ def bench_files(count: int = 1000) -> float:
         start = time.perf_counter()
         main(["--format", "json", tmp])
         return count / (time.perf_counter() - start)
+
+
+def _python_texts(root: str) -> list[tuple[str, str]]:
+    texts = []
+    for path in walk([root]):
+        if kind_of(path) == "python":
+            try:
+                texts.append((path, Path(path).read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError):
+                continue
+    return texts
+
+
+def bare_parse(texts: list[tuple[str, str]]) -> float:
+    """Seconds to ``ast.parse`` every file (the baseline: no linter can read Python for less)."""
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escape sequences in third-party code
+        for path, text in texts:
+            try:
+                ast.parse(text, filename=path)
+            except (SyntaxError, ValueError):
+                continue
+    return time.perf_counter() - start
+
+
+def python_lint(texts: list[tuple[str, str]]) -> float:
+    """Seconds to lint the Python files alone (read already), all rules."""
+    options = replace(Options(), lenient=True)
+    start = time.perf_counter()
+    for path, text in texts:
+        lint_source(path, text, options)
+    return time.perf_counter() - start
+
+
+def bench_repo(root: str) -> dict[str, float]:
+    texts = _python_texts(root)
+    base = bare_parse(texts)
+    py = python_lint(texts)
+    out = io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        main(["--format", "json", "--exit-zero", root])
+    whole = time.perf_counter() - start
+    summary = json.loads(out.getvalue())["summary"]
+    return {
+        "files": summary["files"],
+        "py": len(texts),
+        "seconds": whole,
+        "python_seconds": py,
+        "parse_seconds": base,
+        "findings": summary["findings"],
+    }
 
 
 def big_body(target: int = 400_000) -> str:
@@ -73,12 +143,37 @@ def bench_body() -> tuple[int, float]:
     return len(body), time.perf_counter() - start
 
 
-if __name__ == "__main__":
-    import contextlib
-    import io
+def corpus(argv: list[str]) -> list[str]:
+    roots = argv or [p for p in os.environ.get("CACHEWARDEN_LINT_CORPUS", "").split(":") if p]
+    return [r for r in roots if os.path.isdir(r)]
 
-    with contextlib.redirect_stdout(io.StringIO()):
-        rate = bench_files()
+
+if __name__ == "__main__":
+    roots = corpus(sys.argv[1:])
+    if roots:
+        with contextlib.redirect_stdout(io.StringIO()):
+            main(["--format", "json", "--exit-zero", roots[0]])  # warm up: rules, tokenizer, imports
+        totals = {"files": 0.0, "py": 0.0, "seconds": 0.0, "python_seconds": 0.0, "parse_seconds": 0.0}
+        print("| repository | files | .py | s | files/s | .py files/s | lint / ast.parse (.py) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for root in roots:
+            r = bench_repo(root)
+            for key in totals:
+                totals[key] += r[key]
+            print(
+                f"| {Path(root).name} | {r['files']:,.0f} | {r['py']:,.0f} | {r['seconds']:.2f} "
+                f"| {r['files'] / r['seconds']:,.0f} | {r['py'] / r['python_seconds']:,.0f} "
+                f"| {r['python_seconds'] / r['parse_seconds']:.2f}× |"
+            )
+        t = totals
+        print(
+            f"| all | {t['files']:,.0f} | {t['py']:,.0f} | {t['seconds']:.2f} "
+            f"| {t['files'] / t['seconds']:,.0f} "
+            f"| {t['py'] / t['python_seconds']:,.0f} | {t['python_seconds'] / t['parse_seconds']:.2f}× |"
+        )
+    else:
+        with contextlib.redirect_stdout(io.StringIO()):
+            rate = bench_files()
+        print(f"lint: {rate:,.0f} template files/s (1,000 generated templates, all rules, json output)")
     size, seconds = bench_body()
-    print(f"lint: {rate:,.0f} template files/s (1,000 generated templates, all rules, json output)")
     print(f"lint: {size / 1000:,.0f} KB request body, all rules: {seconds * 1000:,.0f} ms")

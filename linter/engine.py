@@ -59,6 +59,8 @@ def lint_source(
             raise
         at = source.line_start(exc.line)
         hits, header = [Hit("CW502", at, at, {"problem": exc.problem})], None
+    if not hits:
+        return []  # most files: no suppression comments to read
     quiet = suppressions.parse(text, header)
     shown = display_path or path
     findings: dict[tuple[str, int, int], Finding] = {}

@@ -14,6 +14,7 @@ Only these are read: the rest of the module is code, not prompt text.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -103,12 +104,20 @@ class Site:
 
 def sdk_provider(node: ast.Call) -> str | None:
     """The request format of an LLM SDK call, or None for any other call."""
-    parts = _attrs(node.func)
-    if len(parts) >= 2 and parts[-1] in _CREATE and parts[-2] in _APIS:
-        return _APIS[parts[-2]]
-    if parts and parts[-1] in _LITELLM:
+    # Called for every call of every module read: the called name first, the chain only for `create`.
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        last, base = func.attr, func.value
+    elif isinstance(func, ast.Name):
+        return "openai-chat" if func.id in _LITELLM else None
+    else:
+        return None
+    if last in _LITELLM:
         return "openai-chat"
-    return None
+    if last not in _CREATE:
+        return None
+    api = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else None
+    return _APIS.get(api) if api is not None else None
 
 
 def _attrs(node: ast.expr) -> list[str]:
@@ -128,6 +137,7 @@ def _literal_model(node: ast.Call) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def _prompt_name(name: str) -> bool:
     """``SYSTEM_PROMPT``, ``instructions``, ``system``; not ``system_prompt_role`` or ``prompt_tokens``."""
     ws = words(name)
@@ -136,6 +146,7 @@ def _prompt_name(name: str) -> bool:
     return bool(set(ws) & _PROMPT_WORDS) or (ws[0] == "system" and len(ws) <= 2)
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_system(name: str) -> bool:
     return bool(set(words(name)) & _SYSTEM_WORDS)
 

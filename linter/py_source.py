@@ -11,6 +11,7 @@ value. Loop targets, parameters and imports are bindings without a value.
 from __future__ import annotations
 
 import ast
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -36,11 +37,51 @@ _BINDERS = (
 )
 
 
+_SCOPE_TYPES = frozenset(_SCOPES)
+_BINDER_TYPES = frozenset(_BINDERS)
+# Fields that never hold a child node worth walking: names and flags (str / int), expression
+# contexts, and operators (shared singletons that no check reads through the tree).
+_LEAF_FIELDS = frozenset(
+    {"ctx", "id", "attr", "arg", "asname", "module", "level", "kind", "type_comment", "is_async"}
+    | {"conversion", "simple", "op", "ops", "name", "rest", "lineno", "tag"}
+)
+_LEAF_OF: dict[str, frozenset[str]] = {
+    "Constant": frozenset({"value"}),
+    "MatchSingleton": frozenset({"value"}),
+    "Global": frozenset({"names"}),
+    "Nonlocal": frozenset({"names"}),
+    "MatchClass": frozenset({"kwd_attrs"}),
+}
+# The classes the checks look up by class (``of_type``): only these are listed, not every node.
+_INDEXED = frozenset({ast.Call, ast.Dict, ast.Assign, ast.FunctionDef, ast.AsyncFunctionDef})
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    leaf = _LEAF_OF.get(cls.__name__, frozenset())
+    return tuple(f for f in getattr(cls, "_fields", ()) if f not in _LEAF_FIELDS and f not in leaf)
+
+
+def _ast_classes() -> list[type]:
+    found: list[type] = []
+    pending: list[type] = [ast.AST]
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {cls: _child_fields(cls) for cls in _ast_classes()}
+# Nodes without child nodes (Name, Constant, alias, pass...: most of a module) are recorded where
+# they are met, never pushed on the walk's stack.
+_LEAVES = frozenset(cls for cls, fields in _CHILD_FIELDS.items() if not fields)
+
+
 @dataclass(frozen=True, slots=True)
 class Binding:
     """``name = value`` (op "="), ``name += value`` (op "+="), or a binding without a value (op "")."""
 
-    offset: int
+    at: tuple[int, int]  # (line, UTF-8 column) where it is bound: orders bindings and uses
     op: str
     value: ast.expr | None
     stmt: ast.AST
@@ -54,28 +95,42 @@ class PyModule:
     bindings: dict[tuple[int, str], list[Binding]] = field(default_factory=dict)  # (id(scope), name)
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
     modules: set[str] = field(default_factory=set)  # names bound by `import x` / `from x import y`
-    nodes: list[ast.AST] = field(default_factory=list)  # every node, walked once
     by_type: dict[type, list[ast.AST]] = field(default_factory=dict)  # the same nodes by class
-    _lines: list[bytes] = field(default_factory=list)
+    _lines: list[bytes] = field(default_factory=list)  # UTF-8 lines, only for a non-ASCII file
+    _ascii: bool = True  # byte columns are character columns
 
     @classmethod
     def parse(cls, source: Source) -> PyModule:
         """Raises SyntaxError on a file that is not valid Python."""
-        module = cls(source, ast.parse(source.text, filename=source.path))
-        module._lines = [line.encode("utf-8") for line in source.text.split("\n")]
-        module._walk()
+        # A syntax tree is tens of thousands of container objects and no reference cycles: with the
+        # cycle collector on, building it and its tables triggers collections that scan the whole
+        # heap over and over (half of the time of a parse and walk on large modules).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            module = cls(source, ast.parse(source.text, filename=source.path))
+            module._ascii = source.text.isascii()
+            if not module._ascii:
+                module._lines = [line.encode("utf-8") for line in source.text.split("\n")]
+            module._walk()
+        finally:
+            if collecting:
+                gc.enable()
         for bindings in module.bindings.values():
-            bindings.sort(key=lambda b: b.offset)
+            bindings.sort(key=lambda b: b.at)
         return module
 
     # --- positions -------------------------------------------------------------------------------
 
     def of_type(self, kind: type[T]) -> list[T]:
-        """Every node of this exact class."""
+        """Every node of this exact class (one of ``_INDEXED``), in walk order."""
+        assert kind in _INDEXED, f"{kind.__name__} nodes are not indexed"
         return self.by_type.get(kind, [])  # type: ignore[return-value]
 
     def offset(self, lineno: int, col: int) -> int:
         """Character offset of a 1-based line and a UTF-8 byte column."""
+        if self._ascii:
+            return self.source.line_start(lineno) + col
         line = self._lines[lineno - 1] if 0 < lineno <= len(self._lines) else b""
         return self.source.line_start(lineno) + len(line[:col].decode("utf-8", "replace"))
 
@@ -116,7 +171,7 @@ class PyModule:
     def resolve(self, name: ast.Name) -> list[Binding] | None:
         """The bindings that make up ``name``'s value where it is used: the last ``=`` before the use
         and the ``+=`` after it, in order. None when the name has no visible binding here."""
-        at = self.span(name)[0]
+        at = (name.lineno, name.col_offset)
         home = self.scope_of(name)
         scope: ScopeNode = home
         while True:
@@ -124,7 +179,7 @@ class PyModule:
             if found:
                 # Where the name is used only what came before counts; an enclosing scope has run
                 # (at least up to the definition) by the time a function body uses its names.
-                visible = [b for b in found if b.offset < at] if scope is home else found
+                visible = [b for b in found if b.at < at] if scope is home else found
                 return _chain(visible) if visible else None
             if scope is self.tree:
                 return None
@@ -144,32 +199,32 @@ class PyModule:
         self.bindings.setdefault((id(scope), name), []).append(binding)
 
     def _walk(self) -> None:
-        """One pass: every node, its parent and the names it binds in its scope. (Hand-rolled over
-        ``_fields``: ``ast.walk`` + ``iter_child_nodes`` cost twice as much on large modules.)"""
-        nodes, parents, by_type, AST, context = (
-            self.nodes,
-            self.parents,
-            self.by_type,
-            ast.AST,
-            ast.expr_context,
-        )
+        """One pass: every node's parent, the indexed classes' nodes and the names each scope binds.
+        Hand-rolled over the fields that can hold child nodes (``_CHILD_FIELDS``): ``ast.walk`` +
+        ``iter_child_nodes`` cost twice as much, and a ``getattr`` of every field of every ``Name``
+        and ``Constant`` (most of a module's nodes) half of the rest."""
+        parents, by_type, fields_of, leaves = self.parents, self.by_type, _CHILD_FIELDS, _LEAVES
         stack: list[tuple[ast.AST, ScopeNode]] = [(self.tree, self.tree)]
+        pop, push = stack.pop, stack.append
         while stack:
-            node, scope = stack.pop()
-            nodes.append(node)
-            by_type.setdefault(type(node), []).append(node)
-            inner = node if isinstance(node, _SCOPES) else scope
-            for name in node._fields:
+            node, scope = pop()
+            cls = node.__class__
+            if cls in _INDEXED:
+                by_type.setdefault(cls, []).append(node)
+            inner: ScopeNode = node if cls in _SCOPE_TYPES else scope  # type: ignore[assignment]
+            for name in fields_of[cls]:
                 value = getattr(node, name, None)
-                if isinstance(value, list):
+                if value.__class__ is list:
                     for item in value:
-                        if isinstance(item, AST) and not isinstance(item, context):
+                        if item is not None:  # Dict.keys has None for `**x`, kw_defaults for no default
                             parents[item] = node
-                            stack.append((item, inner))
-                elif isinstance(value, AST) and not isinstance(value, context):
+                            if item.__class__ not in leaves:
+                                push((item, inner))
+                elif value is not None:
                     parents[value] = node
-                    stack.append((value, inner))
-            if isinstance(node, _BINDERS):
+                    if value.__class__ not in leaves:
+                        push((value, inner))
+            if cls in _BINDER_TYPES:
                 self._collect(node, scope)
 
     def _collect(self, node: ast.AST, scope: ScopeNode) -> None:
@@ -179,7 +234,7 @@ class PyModule:
             args = node.args
             for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
                 if arg is not None:
-                    self._bind(node, arg.arg, Binding(self.span(arg)[0], "", None, node))
+                    self._bind(node, arg.arg, Binding((arg.lineno, arg.col_offset), "", None, node))
         elif isinstance(node, ast.Import | ast.ImportFrom):
             for alias in node.names:
                 self.modules.add((alias.asname or alias.name).split(".")[0])
@@ -197,7 +252,7 @@ class PyModule:
                     self._bind(
                         scope,
                         name.id,
-                        Binding(self.span(name)[0], "=" if value else "", value, node),
+                        Binding((name.lineno, name.col_offset), "=" if value else "", value, node),
                     )
 
     def _assignment(self, node: ast.Assign | ast.AnnAssign | ast.AugAssign, scope: ScopeNode) -> None:
@@ -208,10 +263,10 @@ class PyModule:
                     op = "+=" if isinstance(node.op, ast.Add) else ""
                 else:
                     op = "=" if node.value is not None else ""
-                self._bind(scope, target.id, Binding(self.span(node)[0], op, node.value, node))
+                self._bind(scope, target.id, Binding((node.lineno, node.col_offset), op, node.value, node))
             else:
                 for name in _names(target):  # tuple unpacking: the parts are unknown
-                    self._bind(scope, name.id, Binding(self.span(name)[0], "", None, node))
+                    self._bind(scope, name.id, Binding((name.lineno, name.col_offset), "", None, node))
 
 
 def _names(target: ast.AST) -> Iterator[ast.Name]:

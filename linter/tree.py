@@ -59,6 +59,11 @@ _STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"'
 _LITERALS = {"true": True, "false": False, "null": None}
 
 
+def _string(literal: str) -> str:
+    """A matched JSON string literal's value; without an escape it is the text between the quotes."""
+    return literal[1:-1] if "\\" not in literal else str(json.loads(literal))
+
+
 class _JSONReader:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -79,7 +84,7 @@ class _JSONReader:
             m = _STRING.match(self.text, pos)
             if not m:
                 raise ParseError("invalid string", pos)
-            return Node("string", pos, m.end(), json.loads(m.group()))
+            return Node("string", pos, m.end(), _string(m.group()))
         for word, val in _LITERALS.items():
             if self.text.startswith(word, pos):
                 return Node("scalar", pos, pos + len(word), val)
@@ -104,7 +109,7 @@ class _JSONReader:
                 m = _STRING.match(self.text, pos)
                 if not m:
                     raise ParseError("expected a string key", pos)
-                key_start, key = pos, json.loads(m.group())
+                key_start, key = pos, _string(m.group())
                 pos = self.skip(m.end())
                 if not self.text.startswith(":", pos):
                     raise ParseError("expected ':'", pos)
@@ -137,6 +142,9 @@ def parse_json(text: str) -> Node:
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
 def _from_yaml(node: yaml.Node, starts: list[int], constructor: yaml.SafeLoader) -> Node:
     def offset(mark: Any) -> int:
         return int(starts[mark.line] + mark.column) if mark.line < len(starts) else int(mark.index)
@@ -150,11 +158,15 @@ def _from_yaml(node: yaml.Node, starts: list[int], constructor: yaml.SafeLoader)
     if isinstance(node, yaml.SequenceNode):
         return Node("array", start, end, items=[_from_yaml(v, starts, constructor) for v in node.value])
     # Resolve the scalar through the safe constructor so ints, bools and dates mean what YAML says;
-    # a tag only another loader knows (mkdocs' `!!python/name:...`) stays the text it is.
-    try:
-        value = constructor.construct_object(node, deep=True)
-    except yaml.YAMLError:
-        value = str(node.value)
+    # a tag only another loader knows (mkdocs' `!!python/name:...`) stays the text it is. A string
+    # (most scalars) is its text: no constructor call.
+    if node.tag == _STR_TAG:
+        value = node.value
+    else:
+        try:
+            value = constructor.construct_object(node, deep=True)
+        except yaml.YAMLError:
+            value = str(node.value)
     kind = "string" if isinstance(value, str) else "scalar"
     return Node(kind, start, end, value)
 
