@@ -9,10 +9,10 @@ request that repeats most of an earlier one only tokenizes its new segments.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from .counting_memo import LatestStreams, SegmentMemo, Shape
 
 # Re-exported: callers (emulator, optimize, tests) read framing through the counter module.
 from .framing import FRAMING as FRAMING
@@ -69,51 +69,6 @@ def _tools_forced(framing: Framing) -> int:
     return framing.tools_once if framing.tools_forced is None else framing.tools_forced
 
 
-# ---------------------------------------------------------------------------------------------------
-
-
-class _LRU:
-    """A bounded, thread-safe map from segment key to its content tokens.
-
-    Bounded by entries and by the tokens held (a tuple of ints costs ~8 bytes a token), so a few
-    huge segments cannot hold memory that the entry count alone would allow.
-    """
-
-    def __init__(self, entries: int, max_tokens: int = 20_000_000) -> None:
-        self._max = max(0, entries)
-        self._max_tokens = max_tokens
-        self._tokens = 0
-        self._data: OrderedDict[tuple[str, str, str], tuple[int, ...]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str, str]) -> tuple[int, ...] | None:
-        with self._lock:
-            hit = self._data.get(key)
-            if hit is not None:
-                self._data.move_to_end(key)
-            return hit
-
-    def put(self, key: tuple[str, str, str], value: tuple[int, ...]) -> None:
-        if self._max == 0 or len(value) > self._max_tokens:
-            return
-        with self._lock:
-            old = self._data.pop(key, None)
-            if old is not None:
-                self._tokens -= len(old)
-            self._data[key] = value
-            self._tokens += len(value)
-            while len(self._data) > self._max or self._tokens > self._max_tokens:
-                _, dropped = self._data.popitem(last=False)
-                self._tokens -= len(dropped)
-
-    @property
-    def tokens(self) -> int:
-        return self._tokens
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
 class PromptCounter:
     """Tokenizes Prompts with provider framing; memoises content tokens per segment."""
 
@@ -121,7 +76,8 @@ class PromptCounter:
         self, table: ModelTable, *, memo_entries: int = 50_000, memo_tokens: int = 20_000_000
     ) -> None:
         self.table = table
-        self.memo = _LRU(memo_entries, memo_tokens)
+        self.memo = SegmentMemo(memo_entries, memo_tokens)
+        self._resumable = LatestStreams()
         self._ratios: dict[str, float] = {}
 
     def set_ratio(self, model_family_or_model: str, ratio: float) -> None:
@@ -183,13 +139,13 @@ class PromptCounter:
             return content + tuple(image_tokens(seg.digest, seg.fixed_tokens))
         return content
 
-    def _request_extras(self, tok: Tokenizer, framing: Framing, prompt: Prompt) -> int:
+    def _request_extras(self, tok: Tokenizer, framing: Framing, prompt: Prompt, *, has_tools: bool) -> int:
         """Tokens that come from request parameters rather than segments (Anthropic tool_choice, thinking,
         output schema), in stream units; see TokenizedPrompt.hidden."""
         if framing.typescript_tools:
             return 0
         extra = 0
-        if any(s.kind == "tool" for s in prompt.segments):
+        if has_tools:
             forced = param_object(prompt, "tool_choice").get("type") in ("any", "tool")
             extra += (_tools_forced(framing) if forced else framing.tools_once) - min(
                 framing.tools_once, _tools_forced(framing)
@@ -265,21 +221,20 @@ class PromptCounter:
         framing = framing_for(prompt.provider, prompt.model)
         ratio = self.ratio_for(prompt.model, info.ratio)
         segs = prompt.segments
-        tokens: list[int] = []
-        spans: list[tuple[int, int]] = []
-        tool_idx = [i for i, s in enumerate(segs) if s.kind == "tool"]
-        first_tool, last_tool = (tool_idx[0], tool_idx[-1]) if tool_idx else (-1, -1)
-        seen_system = False
-        # The message the OpenAI tools / schema section joins (its separator is counted at its end).
-        joined = framing.tools_in_system and (first_tool >= 0 or any(s.kind == "schema" for s in segs))
-        host = self._host(segs) if joined else None
-        if joined and host is not None and first_tool < 0 and framing.schema_alone is None:
-            host = None  # a schema alone never joins in this format (Responses)
+        resumed = self._resumable.resume(prompt)
+        if resumed is not None:
+            shape, start, tokens, spans = resumed
+        else:
+            shape, start, tokens, spans = self._shape(segs, framing), 0, [], []
+        host, first_tool, last_tool = shape.host, shape.first_tool, shape.last_tool
         legacy = framing.typescript_tools and prompt.provider == "openai-chat"
         # The tool-use system prompt depends on tool_choice, but tool_choice does not invalidate the tools
         # cache: the tools section carries the smaller of the two, _request_extras the difference.
         tools_once = min(framing.tools_once, _tools_forced(framing))
-        for i, seg in enumerate(segs):
+        seen_system = shape.first_system is not None and shape.first_system < start
+        first_system = shape.first_system if seen_system else None
+        for i in range(start, len(segs)):
+            seg = segs[i]
             start = len(tokens)
             group = seg.message_index
             opens = group is None or i == 0 or segs[i - 1].message_index != group
@@ -316,6 +271,8 @@ class PromptCounter:
                     tokens.extend((START, *self._role(tok, seg.role or "system"), SEP))
                 elif not seen_system:
                     tokens.extend([PAD] * framing.system_once)
+                if first_system is None:
+                    first_system = i
                 seen_system = True
                 tokens.extend(self._segment_content(tok, framing, seg))
                 if i == host:
@@ -357,11 +314,11 @@ class PromptCounter:
         # block of this request ends where the same block ends inside a longer, later request.
         tokens.extend(_reply(framing.reply))
         if prompt.forced_function is not None and framing.forced_call is not None:
-            primed = legacy_calls(framing) if any(s.path.startswith("functions[") for s in segs) else framing
+            primed = legacy_calls(framing) if shape.legacy_functions else framing
             tokens.extend(self._recipient(tok, primed, prompt.forced_function))
             tokens.extend([PAD] * framing.forced_call)
-        hidden = self._request_extras(tok, framing, prompt)
-        return TokenizedPrompt(
+        hidden = self._request_extras(tok, framing, prompt, has_tools=first_tool >= 0)
+        result = TokenizedPrompt(
             # A tuple: the prefix index shares its work on an immutable stream between calls.
             tokens=tuple(tokens),
             spans=tuple(spans),
@@ -369,6 +326,27 @@ class PromptCounter:
             ratio=ratio,
             count=provider_count(len(tokens) + hidden, ratio),
             hidden=hidden,
+        )
+        self._resumable.put(prompt, result, replace(shape, first_system=first_system))
+        return result
+
+    def _shape(self, segs: Sequence[Segment], framing: Framing) -> Shape:
+        """Where the tools, the schema and the host message are: what the whole prompt decides."""
+        tool_idx = [i for i, s in enumerate(segs) if s.kind == "tool"]
+        schema_idx = [i for i, s in enumerate(segs) if s.kind == "schema"]
+        first_tool, last_tool = (tool_idx[0], tool_idx[-1]) if tool_idx else (-1, -1)
+        # The message the OpenAI tools / schema section joins (its separator is counted at its end).
+        joined = framing.tools_in_system and (first_tool >= 0 or bool(schema_idx))
+        host = self._host(segs) if joined else None
+        if joined and host is not None and first_tool < 0 and framing.schema_alone is None:
+            host = None  # a schema alone never joins in this format (Responses)
+        return Shape(
+            first_tool=first_tool,
+            last_tool=last_tool,
+            last_schema=schema_idx[-1] if schema_idx else -1,
+            host=host,
+            legacy_functions=any(segs[i].path.startswith("functions[") for i in tool_idx),
+            first_system=None,
         )
 
 

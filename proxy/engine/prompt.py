@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -77,6 +78,18 @@ class Segment:
 
 
 @dataclass(frozen=True, slots=True)
+class Basis:
+    """The earlier prompt of a conversation a prompt was read from, and how many leading segments the
+    two share (``parse_request(resume=…)``): tokenizing the new one starts where they part.
+
+    A weak reference: a chain of prompts each holding its predecessor would hold the whole history.
+    """
+
+    prompt: weakref.ReferenceType[Prompt]
+    shared: int
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Prompt:
     """A request body read into segments, plus what else decides whether the cache matches.
 
@@ -98,6 +111,7 @@ class Prompt:
     # the prompt (so it counts, but it neither scopes nor breaks the cache, unlike ``params``).
     forced_function: str | None = None
     fingerprint: str = field(default="", compare=False)
+    basis: Basis | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.fingerprint:

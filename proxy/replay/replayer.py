@@ -250,9 +250,11 @@ def replay(
     ``provider`` forces the request format and ``model`` the model of every request. A line that
     cannot be replayed goes to ``on_problem`` and the replay goes on.
     """
-    from cachewarden.proxy.engine.adapters import parse_request
+    from cachewarden.proxy.engine.reading import ConversationReader
 
     engine = engine or Engine()
+    # Each body read from where it parts from its conversation's previous one (the same Prompt).
+    reader = ConversationReader()
     clock = _Clock()
     for item in _in_time_order(_parsed(lines), REORDER_WINDOW):
         if item.problem is not None or item.entry is None:
@@ -261,7 +263,9 @@ def replay(
             continue
         entry, index = item.entry, item.index
         try:
-            prompt = parse_request(entry.body, provider or entry.provider, model=entry.model)
+            prompt = reader.parse(
+                entry.body, provider or entry.provider, tenant=entry.tenant or tenant, model=entry.model
+            )
             if model:
                 prompt = prompt.with_model(model)
             now = clock.tick(entry.timestamp)

@@ -18,9 +18,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from cachewarden.proxy.engine.adapters import load_body, parse_request
+from cachewarden.proxy.engine.adapters import load_body
 from cachewarden.proxy.engine.calibration import Calibrated, CountCalibration
 from cachewarden.proxy.engine.engine import Analysis, Engine
+from cachewarden.proxy.engine.reading import ConversationReader
 from cachewarden.proxy.engine.usage import Usage
 from cachewarden.proxy.explain.attribution import Reason, attribute
 from cachewarden.proxy.explain.provider_diagnosis import compare
@@ -61,6 +62,8 @@ class EngineAnalyzer:
         self.rules = rules
         self._chain: OrderedDict[tuple[str, str], _Chained] = OrderedDict()
         self.calibration = CountCalibration(engine.counter, max_entries=_CALIBRATION_ENTRIES)
+        # Each body read from where it parts from its conversation's previous one (the same Prompt).
+        self.reader = ConversationReader()
         self._lock = threading.Lock()
         # Responses requests whose response hook has not run yet, per tenant: a chained request may
         # arrive before the hook stored the turn it chains to (the client got the bytes first).
@@ -76,7 +79,7 @@ class EngineAnalyzer:
             body = load_body(flow.request_body)
         body = self._chained(body, flow)
         flow.metadata["provider_body"] = body
-        prompt = parse_request(body, provider=flow.provider)
+        prompt = self.reader.parse(body, flow.provider, tenant=flow.tenant)
         flow.model = flow.model or prompt.model
         if flow.upstream not in ("openai", "anthropic"):
             # A named OpenAI-compatible server: its own tokenizer and cache rules (see build_engine).

@@ -280,9 +280,9 @@ def test_responses_gpt5_tools_have_no_harmony_preamble() -> None:
 
 
 def test_memo_is_bounded_by_tokens_held() -> None:
-    from cachewarden.proxy.engine.counting import _LRU
+    from cachewarden.proxy.engine.counting_memo import SegmentMemo
 
-    memo = _LRU(entries=100, max_tokens=10)
+    memo = SegmentMemo(entries=100, max_tokens=10)
     memo.put(("t", "text", "a"), (1, 2, 3, 4))
     memo.put(("t", "text", "b"), (5, 6, 7, 8))
     memo.put(("t", "text", "c"), (9, 10, 11))

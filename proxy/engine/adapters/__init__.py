@@ -14,13 +14,14 @@ from cachewarden.proxy.engine.errors import RequestError
 from cachewarden.proxy.engine.prompt import Prompt, Provider
 
 from ._body import DEFAULT_MAX_DEPTH, CheckedBody, check_depth, load_body
+from ._items import ItemRun, Resume
 from .anthropic import parse_anthropic
 from .openai_chat import parse_chat
 from .openai_responses import parse_responses
 
-__all__ = ["detect_provider", "load_body", "parse_request"]
+__all__ = ["ItemRun", "Resume", "detect_provider", "load_body", "parse_request"]
 
-_PARSERS: dict[Provider, Callable[[Mapping[str, Any], str | None], Prompt]] = {
+_PARSERS: dict[Provider, Callable[[Mapping[str, Any], str | None, Resume | None], Prompt]] = {
     "openai-chat": parse_chat,
     "openai-responses": parse_responses,
     "anthropic": parse_anthropic,
@@ -127,11 +128,14 @@ def parse_request(
     route: str | None = None,
     *,
     model: str | None = None,
+    resume: Resume | None = None,
 ) -> Prompt:
     """Read a request body into a Prompt.
 
     ``model`` is only a fallback for bodies that carry none (Azure deployments and Bedrock put the
-    model in the URL); a body's own ``model`` always wins.
+    model in the URL); a body's own ``model`` always wins. ``resume`` carries the previous body of the
+    conversation in (``resume.previous``) and this one out (``resume.run``): the messages / input
+    items it shares with the previous body are not read again (the Prompt is the same either way).
     """
     data: Mapping[str, Any]
     if type(body) is CheckedBody:
@@ -148,4 +152,4 @@ def parse_request(
     parser = _PARSERS.get(chosen)
     if parser is None:
         raise RequestError(f"unknown provider {chosen!r} (expected one of {', '.join(_PARSERS)})")
-    return parser(data, model)
+    return parser(data, model, resume)

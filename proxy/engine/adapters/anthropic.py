@@ -10,7 +10,6 @@ import base64
 import binascii
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from cachewarden.proxy.engine.prompt import Prompt, Segment, SegmentKind
@@ -35,6 +34,7 @@ from ._body import (
     strip_meta,
     strip_meta_deep,
 )
+from ._items import Carry, Resume, read_items
 
 # Anthropic bills an image about (width * height) / 750 tokens, and scales images down to about
 # 1.15 megapixels first, so ~1600 tokens is the ceiling. Without readable dimensions (URL or file
@@ -48,11 +48,27 @@ JPEG_HEADER_B64_CHARS = 96 * 1024
 PARAM_OBJECTS = ("tool_choice", "thinking", "context_management", "output_config", "output_format")
 
 
-@dataclass(slots=True)
 class _Flags:
-    """What blocks reveal about request-level settings (citations on any document)."""
+    """What blocks reveal about request-level settings (citations on any document).
 
-    citations: bool = False
+    Kept in the items' carried state, so that a body read from where it differs from the previous
+    one (``read_items``) knows what the items it did not read revealed.
+    """
+
+    __slots__ = ("carry",)
+    _CITATIONS = "\x00citations"
+
+    def __init__(self, carry: Carry | None = None) -> None:
+        self.carry = carry if carry is not None else Carry()
+
+    @property
+    def citations(self) -> bool:
+        return self._CITATIONS in self.carry
+
+    @citations.setter
+    def citations(self, on: bool) -> None:
+        if on and not self.citations:
+            self.carry[self._CITATIONS] = "on"
 
 
 def _png_size(head: bytes) -> tuple[int, int] | None:
@@ -211,36 +227,48 @@ def _params(body: Obj, flags: _Flags) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(params.items()))
 
 
-def parse_anthropic(body: Obj, model: str | None = None) -> Prompt:
-    """Read a Messages body (``model`` is the fallback when the body has none, e.g. Bedrock invoke)."""
+def _message_segments(value: Any, i: int, carry: Carry) -> list[Segment]:
+    """Segments of ``messages[i]`` (what documents reveal about citations goes into ``carry``)."""
+    path = at("messages", i)
+    message = as_obj(value, path)
+    role = req_str(message, "role", path)
+    content = message.get("content")
+    content_path = at(path, "content")
+    if isinstance(content, str):
+        kind: SegmentKind = "system" if role == "system" else "message"
+        return [Segment(content_path, kind, content, role, i)]
+    blocks = as_list(content, content_path) if content is not None else []
+    if not blocks:
+        # An empty message still has a boundary in the rendered prompt.
+        return [Segment(content_path, "message", "", role, i)]
+    flags = _Flags(carry)
+    return [_block_segment(block, at(content_path, j), role, i, flags) for j, block in enumerate(blocks)]
+
+
+def parse_anthropic(body: Obj, model: str | None = None, resume: Resume | None = None) -> Prompt:
+    """Read a Messages body (``model`` is the fallback when the body has none, e.g. Bedrock invoke);
+    ``resume`` reads the messages from where they differ from the previous body's (``read_items``)."""
     flags = _Flags()
-    segments = [_tool_segment(t, at("tools", i)) for i, t in enumerate(opt_list(body, "tools", "") or [])]
+    head = [_tool_segment(t, at("tools", i)) for i, t in enumerate(opt_list(body, "tools", "") or [])]
     system = body.get("system")
     if isinstance(system, str):
-        segments.append(Segment("system", "system", system))
+        head.append(Segment("system", "system", system))
     elif system is not None:
         for i, block in enumerate(as_list(system, "system")):
-            segments.append(_block_segment(block, at("system", i), None, None, flags))
-    for i, value in enumerate(req_list(body, "messages", "")):
-        path = at("messages", i)
-        message = as_obj(value, path)
-        role = req_str(message, "role", path)
-        content = message.get("content")
-        content_path = at(path, "content")
-        if isinstance(content, str):
-            kind: SegmentKind = "system" if role == "system" else "message"
-            segments.append(Segment(content_path, kind, content, role, i))
-            continue
-        blocks = as_list(content, content_path) if content is not None else []
-        if not blocks:
-            # An empty message still has a boundary in the rendered prompt.
-            segments.append(Segment(content_path, "message", "", role, i))
-        for j, block in enumerate(blocks):
-            segments.append(_block_segment(block, at(content_path, j), role, i, flags))
+            head.append(_block_segment(block, at("system", i), None, None, flags))
+    segments, carried, run = read_items(
+        req_list(body, "messages", ""),
+        _message_segments,
+        context="anthropic",
+        previous=resume.previous if resume is not None else None,
+    )
+    if resume is not None:
+        resume.run = run
+    flags.citations = flags.citations or _Flags(carried).citations
     return Prompt(
         provider="anthropic",
         model=read_model(body, model),
-        segments=tuple(segments),
+        segments=(*head, *segments),
         params=_params(body, flags),
         auto_cache=cache_control(body, ""),
         stream=bool(opt_bool(body, "stream", "")),

@@ -33,6 +33,7 @@ from ._body import (
     req_str,
     strip_meta,
 )
+from ._items import Carry, Resume, read_items
 
 # OpenAI images: the documented rules per model (engine/images.py), from the image's own header
 # when it is inline; 85 / 765 are GPT-4o's low detail and 1024 x 1024 figures.
@@ -255,20 +256,31 @@ def _legacy_functions(body: Obj) -> list[Segment]:
     return segments
 
 
-def parse_chat(body: Obj, model: str | None = None) -> Prompt:
-    """Read a Chat Completions body (``model`` is the fallback when the body has none, e.g. Azure)."""
-    segments = tool_segments(body, _chat_tool_name) + _legacy_functions(body)
+def parse_chat(body: Obj, model: str | None = None, resume: Resume | None = None) -> Prompt:
+    """Read a Chat Completions body (``model`` is the fallback when the body has none, e.g. Azure);
+    ``resume`` reads the messages from where they differ from the previous body's (``read_items``)."""
+    head = tool_segments(body, _chat_tool_name) + _legacy_functions(body)
     schema = schema_segment(opt_obj(body, "response_format", ""), "response_format")
     if schema is not None:
-        segments.append(schema)
-    calls: dict[str, str] = {}
+        head.append(schema)
     name = read_model(body, model)
-    for i, message in enumerate(req_list(body, "messages", "")):
-        segments.extend(_message_segments(message, i, calls, name))
+
+    def read(message: Any, i: int, calls: Carry) -> list[Segment]:
+        return _message_segments(message, i, calls, name)
+
+    # Image estimates depend on the model: runs of another model are not resumed.
+    segments, _, run = read_items(
+        req_list(body, "messages", ""),
+        read,
+        context=("openai-chat", name),
+        previous=resume.previous if resume is not None else None,
+    )
+    if resume is not None:
+        resume.run = run
     return Prompt(
         provider="openai-chat",
         model=name,
-        segments=tuple(segments),
+        segments=(*head, *segments),
         params=openai_params(body, opt_str(body, "reasoning_effort", "")),
         prompt_cache_key=opt_str(body, "prompt_cache_key", ""),
         stream=bool(opt_bool(body, "stream", "")),

@@ -22,6 +22,7 @@ from ._body import (
     req_str,
     strip_meta,
 )
+from ._items import Carry, Resume, read_items
 from .openai_chat import (
     forced_function,
     image_tokens,
@@ -137,8 +138,9 @@ def _list_of_objs(item: Obj, key: str, path: str) -> list[Obj]:
     return [as_obj(v, at(at(path, key), j)) for j, v in enumerate(as_list(value, at(path, key)))]
 
 
-def parse_responses(body: Obj, model: str | None = None) -> Prompt:
-    """Read a Responses body (``model`` is the fallback when the body has none)."""
+def parse_responses(body: Obj, model: str | None = None, resume: Resume | None = None) -> Prompt:
+    """Read a Responses body (``model`` is the fallback when the body has none); ``resume`` reads the
+    input items from where they differ from the previous body's (``read_items``)."""
     segments = tool_segments(body, _tool_name)
     text_config = opt_obj(body, "text", "")
     if text_config is not None:
@@ -149,7 +151,7 @@ def parse_responses(body: Obj, model: str | None = None) -> Prompt:
     instructions = body.get("instructions")
     if isinstance(instructions, str):
         segments.append(Segment("instructions", "system", instructions))
-    calls: dict[str, str] = {}
+    calls = Carry()
     if instructions is not None and not isinstance(instructions, str):
         for i, item in enumerate(as_list(instructions, "instructions")):
             segments.extend(_item_segments(item, at("instructions", i), None, calls, name))
@@ -157,8 +159,21 @@ def parse_responses(body: Obj, model: str | None = None) -> Prompt:
     if isinstance(items, str):
         segments.append(Segment("input", "message", items, "user", 0))
     elif items is not None:
-        for i, item in enumerate(as_list(items, "input")):
-            segments.extend(_item_segments(item, at("input", i), i, calls, name))
+
+        def read(item: Any, i: int, carried: Carry) -> list[Segment]:
+            return _item_segments(item, at("input", i), i, carried, name)
+
+        # Image estimates depend on the model: runs of another model are not resumed.
+        read_segments, _, run = read_items(
+            as_list(items, "input"),
+            read,
+            context=("openai-responses", name),
+            carry=calls,
+            previous=resume.previous if resume is not None else None,
+        )
+        segments.extend(read_segments)
+        if resume is not None:
+            resume.run = run
     reasoning = opt_obj(body, "reasoning", "")
     effort = opt_str(reasoning, "effort", "reasoning") if reasoning is not None else None
     return Prompt(

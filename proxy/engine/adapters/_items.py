@@ -1,0 +1,151 @@
+"""Reading a body's list of items (``messages`` / ``input``) so that the next body of a conversation
+resumes where it first differs.
+
+An agent's next request repeats the previous one and appends a turn or two, so reading it from
+scratch costs per-item Python work on the whole history for what is mostly the same bytes. An
+``ItemRun`` keeps what reading the list produced: the segments, where each item's segments end,
+the list's compact JSON (orjson's, which joins the items' own dumps with commas) and where each
+item ends in it, and the state the adapter carries from item to item (tool-call ids → function
+names), logged as it was written. The next body's list is dumped once (C speed), compared byte for
+byte with the previous dump (so ``1`` and ``true`` never pass for equal, as they would with ``==``),
+and only the items from the first difference on are read; the state at that item is replayed from
+the log. The result is exactly what reading from scratch gives (tests/engine/test_incremental.py).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from cachewarden.proxy.engine.prompt import Segment
+
+
+class Carry(dict[str, str]):
+    """The state an adapter carries from one item to the next, with every write logged in order."""
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(log)
+        self.log: list[tuple[str, str]] = list(log)
+
+    def __setitem__(self, key: str, value: str) -> None:
+        super().__setitem__(key, value)
+        self.log.append((key, value))
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRun:
+    """What reading one list of items produced, for the next body of the conversation to resume from."""
+
+    context: Hashable  # what else the items' segments depend on (the model, the carried state before)
+    dump: bytes  # orjson.dumps(items)
+    item_ends: tuple[int, ...]  # item_ends[i]: offset in ``dump`` just after item i
+    segments: tuple[Segment, ...]
+    segment_ends: tuple[int, ...]  # segment_ends[i]: len(segments) after item i
+    log: tuple[tuple[str, str], ...]  # the carried state's writes, in order
+    log_at: tuple[int, ...]  # log_at[i]: len(log) before item i
+    reused: int = 0  # leading segments taken over from the previous run, not read again
+
+    @property
+    def size(self) -> int:
+        """Bytes held, roughly (for the bound of a memo of runs)."""
+        return len(self.dump) + 16 * len(self.segments)
+
+
+# Last bytes of a JSON value that nothing can extend: an object, array, string or literal.
+_CLOSED = (b"}", b"]", b'"', b"e", b"l")
+
+
+@dataclass(slots=True)
+class Resume:
+    """A parse's link to the previous body of its conversation: ``previous`` in, ``run`` out."""
+
+    previous: ItemRun | None = None
+    run: ItemRun | None = None
+
+
+ItemReader = Callable[[Any, int, Carry], Sequence[Segment]]
+
+
+def first_difference(a: bytes, b: bytes) -> int:
+    """The offset of the first byte where ``a`` and ``b`` differ (the shorter length if one starts the other).
+
+    Binary search on slice compares: each step is a memcmp, so the whole search runs at C speed.
+    """
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def read_items(
+    items: Sequence[Any],
+    read: ItemReader,
+    *,
+    context: Hashable,
+    carry: Carry | None = None,
+    previous: ItemRun | None = None,
+) -> tuple[list[Segment], Carry, ItemRun | None]:
+    """The segments of every item, the carried state after the last, and the run for the next body.
+
+    ``carry`` is the state before the first item (e.g. calls made in Responses ``instructions``); its
+    log is part of the context. Items that are not plain JSON (bodies built in Python) are read from
+    scratch and leave no run.
+    """
+    start = carry if carry is not None else Carry()
+    context = (context, tuple(start.log))
+    try:
+        dump = orjson.dumps(items)
+    except TypeError:
+        dump = None
+    shared = 0
+    if dump is not None and previous is not None and previous.context == context and previous.item_ends:
+        at = first_difference(dump, previous.dump)
+        shared = bisect_right(previous.item_ends, at)
+        if shared and previous.item_ends[shared - 1] == at and previous.dump[at - 1 : at] not in _CLOSED:
+            shared -= 1  # a number may go on (12 → 123): only a closed value ends where it ends
+    if shared:
+        assert previous is not None
+        state = Carry(
+            previous.log[: previous.log_at[shared]] if shared < len(previous.log_at) else previous.log
+        )
+        segments = list(previous.segments[: previous.segment_ends[shared - 1]])
+        segment_ends = list(previous.segment_ends[:shared])
+        item_ends = list(previous.item_ends[:shared])
+        log_at = list(previous.log_at[:shared])
+    else:
+        state = Carry(start.log)
+        segments, segment_ends, item_ends, log_at = [], [], [], []
+    end = item_ends[-1] if item_ends else 0
+    for i in range(shared, len(items)):
+        log_at.append(len(state.log))
+        segments.extend(read(items[i], i, state))
+        segment_ends.append(len(segments))
+        if dump is not None:
+            # "[" or "," before each item, then the item's own compact dump.
+            end += 1 + len(orjson.dumps(items[i]))
+            item_ends.append(end)
+    run = None
+    if dump is not None:
+        run = ItemRun(
+            context=context,
+            dump=dump,
+            item_ends=tuple(item_ends),
+            segments=tuple(segments),
+            segment_ends=tuple(segment_ends),
+            log=tuple(state.log),
+            log_at=tuple(log_at),
+            reused=previous.segment_ends[shared - 1] if shared and previous is not None else 0,
+        )
+    return segments, state, run

@@ -1,0 +1,309 @@
+"""Reading a conversation body by body from where each parts from the last gives exactly what reading
+each from scratch gives: the same Prompt, the same token stream, the same prediction.
+
+Random conversations per adapter go through random edits at random positions (append turns, edit,
+insert or delete an item, switch model or tools, ``1`` becoming ``true``, tool calls whose results
+are named by call id, images, documents with citations, breakpoints); each body is read by a
+``ConversationReader`` and by ``parse_request``, then analysed by two engines.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from cachewarden.proxy.engine.adapters import load_body, parse_request
+from cachewarden.proxy.engine.adapters._items import first_difference
+from cachewarden.proxy.engine.counting_memo import LatestStreams
+from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.prompt import Provider
+from cachewarden.proxy.engine.reading import ConversationReader
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+TOOLS_OPENAI = [
+    {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "write", "description": "Write a file."}},
+]
+TOOLS_ANTHROPIC = [
+    {"name": "read", "input_schema": {"type": "object"}},
+    {"name": "write", "description": "Write a file.", "input_schema": {"type": "object"}},
+]
+WORDS = ["alpha", "beta 12", "gamma.", "δelta", "x" * 40, "the quick brown fox", "1", "true"]
+
+
+def _chat_item(draw: st.DrawFn, i: int) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["user", "assistant", "call", "result", "named", "parts", "system"]))
+    text = draw(st.sampled_from(WORDS))
+    if kind == "call":
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": f"c{i % 3}", "type": "function", "function": {"name": f"f{i}", "arguments": "{}"}}
+            ],
+        }
+    if kind == "result":
+        return {"role": "tool", "tool_call_id": f"c{draw(st.integers(0, 2))}", "content": text}
+    if kind == "named":
+        return {"role": "user", "name": "bob", "content": text}
+    if kind == "parts":
+        # An image's estimate depends on the model: a switch of model must re-read it.
+        image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "high"}}
+        return {"role": "user", "content": [{"type": "text", "text": text}, image]}
+    return {"role": "user" if kind == "user" else kind, "content": text}
+
+
+def _responses_item(draw: st.DrawFn, i: int) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["user", "assistant", "call", "output", "reasoning"]))
+    text = draw(st.sampled_from(WORDS))
+    if kind == "call":
+        return {"type": "function_call", "call_id": f"c{i % 3}", "name": f"f{i}", "arguments": "{}"}
+    if kind == "output":
+        return {"type": "function_call_output", "call_id": f"c{draw(st.integers(0, 2))}", "output": text}
+    if kind == "reasoning":
+        return {"type": "reasoning", "summary": [{"type": "summary_text", "text": text}]}
+    return {"role": kind, "content": text}
+
+
+def _anthropic_item(draw: st.DrawFn, i: int) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["user", "assistant", "use", "result", "document", "blocks"]))
+    text = draw(st.sampled_from(WORDS))
+    if kind == "use":
+        return {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": f"t{i}", "name": "read", "input": {}}],
+        }
+    if kind == "result":
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": text}]}
+    if kind == "document":
+        return {
+            "role": "user",
+            "content": [
+                {
+                    "type": "document",
+                    "source": {"type": "text", "media_type": "text/plain", "data": text},
+                    "citations": {"enabled": draw(st.booleans())},
+                }
+            ],
+        }
+    if kind == "blocks":
+        block: dict[str, Any] = {"type": "text", "text": text}
+        if draw(st.booleans()):
+            block["cache_control"] = {"type": "ephemeral"}
+        return {"role": "user", "content": [block, {"type": "text", "text": "and"}]}
+    return {"role": kind, "content": text}
+
+
+ITEMS = {"openai-chat": _chat_item, "openai-responses": _responses_item, "anthropic": _anthropic_item}
+MODELS = {
+    "openai-chat": ["gpt-4o", "gpt-4.1-mini"],
+    "openai-responses": ["gpt-4o", "gpt-5-mini"],
+    "anthropic": ["claude-sonnet-4-5", "claude-haiku-4-5"],
+}
+
+
+def _body(provider: Provider, model: str, items: list[Any], tools: bool) -> dict[str, Any]:
+    if provider == "openai-chat":
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": "system", "content": "Be brief."}, *items],
+        }
+        if tools:
+            body["tools"] = TOOLS_OPENAI
+        return body
+    if provider == "openai-responses":
+        body = {"model": model, "instructions": "Be brief.", "input": items}
+        if tools:
+            body["tools"] = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
+        return body
+    body = {"model": model, "max_tokens": 64, "system": "Be brief.", "messages": items}
+    if tools:
+        body["tools"] = TOOLS_ANTHROPIC
+    return body
+
+
+@st.composite
+def conversations(draw: st.DrawFn, provider: Provider) -> list[bytes]:
+    """Bodies of one conversation under random edits (as JSON bytes, as the proxy sees them)."""
+    make = ITEMS[provider]
+    items = [make(draw, i) for i in range(draw(st.integers(1, 6)))]
+    model, tools = MODELS[provider][0], draw(st.booleans())
+    out = [json.dumps(_body(provider, model, items, tools)).encode()]
+    for step in range(draw(st.integers(1, 10))):
+        edit = draw(
+            st.sampled_from(
+                ["append", "append", "append", "edit", "insert", "delete", "model", "tools", "bool"]
+            )
+        )
+        items = copy.deepcopy(items)
+        at = draw(st.integers(0, max(0, len(items) - 1)))
+        if edit == "append" or not items:
+            items.append(make(draw, len(items) + step))
+        elif edit == "edit":
+            items[at] = make(draw, at + 7)
+        elif edit == "insert":
+            items.insert(at, make(draw, at + 11))
+        elif edit == "delete" and len(items) > 1:
+            del items[at]
+        elif edit == "model":
+            model = draw(st.sampled_from(MODELS[provider]))
+        elif edit == "tools":
+            tools = not tools
+        elif edit == "bool":
+            items[at] = (
+                {**items[at], "flag": 1} if items[at].get("flag") != 1 else {**items[at], "flag": True}
+            )
+        out.append(json.dumps(_body(provider, model, items, tools)).encode())
+    return out
+
+
+def _check(provider: Provider, bodies: list[bytes]) -> None:
+    reader, inc, scratch = ConversationReader(), Engine(), Engine()
+    for n, raw in enumerate(bodies):
+        errors: list[str] = []
+        try:
+            expected = parse_request(load_body(raw), provider)
+        except Exception as exc:  # the same error either way
+            errors.append(str(exc))
+        try:
+            got = reader.parse(load_body(raw), provider, tenant="t")
+        except Exception as exc:
+            assert errors == [str(exc)], n
+            continue
+        assert not errors, (n, errors)
+        assert got == expected, n
+        a, b = inc.analyse(got, tenant="t", now=float(n)), scratch.analyse(expected, tenant="t", now=float(n))
+        assert a.tokenized == b.tokenized, n
+        assert a.prediction == b.prediction, n
+        # Entry ids are unique per analysis; what they point to is compared through the matches.
+        assert replace(a.match, entry_id=None) == replace(b.match, entry_id=None), n
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic"])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_incremental_equals_scratch(provider: Provider, data: st.DataObject) -> None:
+    _check(provider, data.draw(conversations(provider)))
+
+
+def _chat(items: list[Any], model: str = "gpt-4o") -> bytes:
+    return json.dumps(_body("openai-chat", model, items, True)).encode()
+
+
+def _call(call_id: str, name: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # The call that named c1 is gone: the result read after it is no longer "functions.f".
+        (
+            [{"role": "user", "content": "a"}, _call("c1", "f")],
+            [{"role": "user", "content": "a"}, {"role": "tool", "tool_call_id": "c1", "content": "r"}],
+        ),
+        # The call was edited to another function: the result after it is named by the new one.
+        (
+            [_call("c1", "f"), {"role": "user", "content": "b"}],
+            [_call("c1", "g"), {"role": "tool", "tool_call_id": "c1", "content": "r"}],
+        ),
+        # Same bytes but for a value that == would call equal.
+        ([{"role": "user", "content": "a", "flag": 1}], [{"role": "user", "content": "a", "flag": True}]),
+    ],
+)
+def test_state_and_values_at_the_resume_point(before: list[Any], after: list[Any]) -> None:
+    _check("openai-chat", [_chat(before), _chat(after)])
+
+
+def test_a_switch_of_model_rereads_images() -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}
+    items = [{"role": "user", "content": [image]}, {"role": "user", "content": "b"}]
+    _check("openai-chat", [_chat(items), _chat([*items, {"role": "user", "content": "c"}], "gpt-4.1-mini")])
+
+
+def test_citations_revealed_before_the_resume_point_still_count() -> None:
+    doc = {
+        "role": "user",
+        "content": [
+            {
+                "type": "document",
+                "source": {"type": "text", "media_type": "text/plain", "data": "d"},
+                "citations": {"enabled": True},
+            }
+        ],
+    }
+    first = [doc, {"role": "assistant", "content": "ok"}]
+    bodies = [
+        json.dumps(_body("anthropic", "claude-sonnet-4-5", items, False)).encode()
+        for items in (first, [*first, {"role": "user", "content": "more"}])
+    ]
+    _check("anthropic", bodies)
+    reader = ConversationReader()
+    prompts = [reader.parse(load_body(raw), tenant="t") for raw in bodies]
+    assert prompts[1].basis is not None and dict(prompts[1].params).get("citations") == "on"
+
+
+def test_tokenizing_resumes_from_the_earlier_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counter starts where the basis' stream parts (it does not re-walk the segments it shares)."""
+    items = [{"role": "user", "content": f"turn {i}"} for i in range(30)]
+    reader, engine = ConversationReader(), Engine()
+    engine.analyse(reader.parse(load_body(_chat(items)), tenant="t"), tenant="t", now=0.0)
+    starts: list[int] = []
+    original = LatestStreams.resume
+
+    def spy(self: Any, prompt: Any) -> Any:
+        found = original(self, prompt)
+        starts.append(-1 if found is None else found[1])
+        return found
+
+    monkeypatch.setattr(LatestStreams, "resume", spy)
+    second = reader.parse(load_body(_chat([*items, {"role": "user", "content": "new"}])), tenant="t")
+    engine.analyse(second, tenant="t", now=1.0)
+    assert starts == [len(second.segments) - 1]
+
+
+def test_appended_turns_are_read_once() -> None:
+    """The reason for all this: the second body reuses the first one's segments, not re-read copies."""
+    items = [{"role": "user", "content": f"turn {i}"} for i in range(50)]
+    reader = ConversationReader()
+    first = reader.parse(
+        load_body(json.dumps(_body("openai-chat", "gpt-4o", items, True)).encode()), tenant="t"
+    )
+    items.append({"role": "user", "content": "one more"})
+    second = reader.parse(
+        load_body(json.dumps(_body("openai-chat", "gpt-4o", items, True)).encode()), tenant="t"
+    )
+    assert second.basis is not None and second.basis.shared == len(first.segments)
+    # Tools and the system message are re-read; every message segment is the earlier object itself.
+    assert all(a is b for a, b in zip(first.segments[3:], second.segments[3:], strict=False))
+    assert second.segments[-1].text == "one more"
+
+
+def test_tenants_never_resume_from_each_other() -> None:
+    items = [{"role": "user", "content": "shared start"}, {"role": "user", "content": "and more"}]
+    raw = json.dumps(_body("openai-chat", "gpt-4o", items, False)).encode()
+    reader = ConversationReader()
+    reader.parse(load_body(raw), tenant="a")
+    assert reader.parse(load_body(raw), tenant="b").basis is None
+    assert reader.parse(load_body(raw), tenant="a").basis is not None
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "at"),
+    [
+        (b"", b"", 0),
+        (b"abc", b"abc", 3),
+        (b"abc", b"abd", 2),
+        (b"abc", b"ab", 2),
+        (b"x" * 1000 + b"y", b"x" * 1001, 1000),
+    ],
+)
+def test_first_difference(a: bytes, b: bytes, at: int) -> None:
+    assert first_difference(a, b) == at == first_difference(b, a)
