@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
+from operator import is_
 
 from cachewarden.proxy.engine.prompt import Prompt, Segment
 
@@ -68,10 +69,22 @@ def _truncation(pm: Sequence[tuple[str, ...]], nm: Sequence[tuple[str, ...]]) ->
     return None
 
 
+def _extends(pair: Pair, pi: Sequence[int], ni: Sequence[int]) -> bool:
+    """Whether the shorter messages area is the longer one's start, object for object (C speed)."""
+    if type(pi) is not range or type(ni) is not range:
+        return False
+    k = min(len(pi), len(ni))
+    before = pair.prev.segments[pi.start : pi.start + k]
+    after = pair.cur.segments[ni.start : ni.start + k]
+    return all(map(is_, before, after))
+
+
 def history_findings(pair: Pair, images_explained: bool) -> list[Finding]:
     """The messages area's findings (see the module doc); ``images_explained``: an image change is
     already reported as params-changed (``model_params.image_finding``), so it is not an edit here."""
     pi, ni = pair.p_area["messages"], pair.n_area["messages"]
+    if _extends(pair, pi, ni):
+        return []  # an appended turn: the shared messages are the same objects (engine.reading)
     pd = [pair.prev.segments[i].digest for i in pi]
     nd = [pair.cur.segments[i].digest for i in ni]
     if pd == nd[: len(pd)] or nd == pd[: len(nd)]:

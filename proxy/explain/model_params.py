@@ -9,6 +9,9 @@ finding, merged with a parameter change by ``attribution``).
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import and_, attrgetter, eq
+
 from cachewarden.proxy.engine.prompt import Prompt
 
 from .formats import family
@@ -17,10 +20,18 @@ from .values import short
 
 
 def _image_count(prompt: Prompt) -> int:
-    # Images inside tool results have no segment of their own: their fixed tokens mark them.
-    return sum(
-        1 for s in prompt.segments if s.kind == "image" or (s.kind == "tool_result" and s.fixed_tokens)
-    )
+    # Images inside tool results have no segment of their own: their fixed tokens mark them. Counted
+    # with C-level maps: a long history costs no Python loop over its segments.
+    kinds = list(map(_KIND, prompt.segments))
+    images = kinds.count("image")
+    if "tool_result" not in kinds:
+        return images
+    results = map(eq, kinds, repeat("tool_result"))
+    return images + sum(map(and_, results, map(bool, map(_FIXED, prompt.segments))))
+
+
+_KIND = attrgetter("kind")
+_FIXED = attrgetter("fixed_tokens")
 
 
 def image_finding(pair: Pair) -> Finding | None:

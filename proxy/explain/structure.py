@@ -19,6 +19,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter, is_
 
 from cachewarden.proxy.engine.cache_model import TokenStream
 from cachewarden.proxy.engine.prompt import Prompt, Segment
@@ -40,11 +41,11 @@ class Finding:
     detail: str
 
 
-def _area_labels(prompt: Prompt) -> list[str]:
+def _area_labels(segments: Sequence[Segment]) -> list[str]:
     """Per segment: tools, schema, system or messages (leading system / developer messages are system)."""
     labels: list[str] = []
     leading = True
-    for seg in prompt.segments:
+    for seg in segments:
         if seg.kind == "tool":
             labels.append("tools")
         elif seg.kind == "schema":
@@ -57,6 +58,27 @@ def _area_labels(prompt: Prompt) -> list[str]:
     return labels
 
 
+_KIND = attrgetter("kind")
+_MESSAGE_INDEX = attrgetter("message_index")
+
+
+def _areas(prompt: Prompt) -> dict[str, Sequence[int]]:
+    """Segment indexes per area. The messages area is a range when nothing but messages follows the
+    first one (what every adapter produces), found with C-speed scans: a long history costs no
+    Python loop over its segments."""
+    segs = prompt.segments
+    first = next((i for i, seg in enumerate(segs) if _area_labels([seg]) == ["messages"]), len(segs))
+    head = _area_labels(segs[:first])
+    rest = segs[first:]
+    kinds = list(map(_KIND, rest))
+    if "tool" in kinds or "schema" in kinds or None in map(_MESSAGE_INDEX, rest):
+        labels = _area_labels(segs)  # an unusual order: label every segment
+        return {a: [i for i, x in enumerate(labels) if x == a] for a in AREAS}
+    areas: dict[str, Sequence[int]] = {a: [i for i, x in enumerate(head) if x == a] for a in AREAS}
+    areas["messages"] = range(first, len(segs))
+    return areas
+
+
 class Pair:
     """Both prompts, their token streams and the per-area segment indexes."""
 
@@ -66,9 +88,7 @@ class Pair:
         self.prev, self.cur = previous, next
         self.ptp, self.ntp = previous_tp, next_tp
         self.n_prev = len(previous_tp.tokens)
-        pl, nl = _area_labels(previous), _area_labels(next)
-        self.p_area = {a: [i for i, x in enumerate(pl) if x == a] for a in AREAS}
-        self.n_area = {a: [i for i, x in enumerate(nl) if x == a] for a in AREAS}
+        self.p_area, self.n_area = _areas(previous), _areas(next)
 
     def start(self, i: int) -> int:
         """Previous-stream position of segment ``i`` (the stream's end past the last one)."""
@@ -130,11 +150,22 @@ def _edit_detail(a: str, b: str, region: Region) -> str:
 
 
 def next_index(prev: Sequence[Segment], cur: Sequence[Segment]) -> int:
-    """Index of the first segment whose digest differs (``min(len)`` when none does)."""
-    for i, (a, b) in enumerate(zip(prev, cur, strict=False)):
-        if a.digest != b.digest:
+    """Index of the first segment whose digest differs (``min(len)`` when none does).
+
+    Segments a conversation's next prompt took over from the previous one are the same objects
+    (``engine.reading``): those are skipped at C speed, digests compared only where they are not.
+    """
+    n = min(len(prev), len(cur))
+    same = list(map(is_, prev[:n], cur[:n]))
+    i = 0
+    while True:
+        try:
+            i = same.index(False, i)
+        except ValueError:
+            return n
+        if prev[i].digest != cur[i].digest:
             return i
-    return min(len(prev), len(cur))
+        i += 1
 
 
 def next_index_str(a: Sequence[str], b: Sequence[str]) -> int:
