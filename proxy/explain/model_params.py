@@ -27,7 +27,8 @@ def _image_count(prompt: Prompt) -> int:
     if "tool_result" not in kinds:
         return images
     results = map(eq, kinds, repeat("tool_result"))
-    return images + sum(map(and_, results, map(bool, map(_FIXED, prompt.segments))))
+    with_images: int = sum(map(and_, results, map(bool, map(_FIXED, prompt.segments))))
+    return images + with_images
 
 
 _KIND = attrgetter("kind")
