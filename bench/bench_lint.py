@@ -82,19 +82,24 @@ def python_lint(texts: list[tuple[str, str]]) -> float:
 
 
 def bench_repo(root: str) -> dict[str, float]:
+    """One repository: the Python files alone, then whole runs in one process and with workers."""
     texts = _python_texts(root)
     base = bare_parse(texts)
     py = python_lint(texts)
-    out = io.StringIO()
-    start = time.perf_counter()
-    with contextlib.redirect_stdout(out):
-        main(["--format", "json", "--exit-zero", root])
-    whole = time.perf_counter() - start
-    summary = json.loads(out.getvalue())["summary"]
+    runs = {}
+    for jobs in ("1", "0"):  # one process; one worker per CPU (the default)
+        out = io.StringIO()
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(out):
+            main(["--format", "json", "--exit-zero", "--jobs", jobs, root])
+        runs[jobs] = (time.perf_counter() - start, out.getvalue())
+    assert runs["1"][1] == runs["0"][1], f"{root}: workers changed the findings"
+    summary = json.loads(runs["1"][1])["summary"]
     return {
         "files": summary["files"],
         "py": len(texts),
-        "seconds": whole,
+        "seconds": runs["1"][0],
+        "parallel_seconds": runs["0"][0],
         "python_seconds": py,
         "parse_seconds": base,
         "findings": summary["findings"],
@@ -153,22 +158,29 @@ if __name__ == "__main__":
     if roots:
         with contextlib.redirect_stdout(io.StringIO()):
             main(["--format", "json", "--exit-zero", roots[0]])  # warm up: rules, tokenizer, imports
-        totals = {"files": 0.0, "py": 0.0, "seconds": 0.0, "python_seconds": 0.0, "parse_seconds": 0.0}
-        print("| repository | files | .py | s | files/s | .py files/s | lint / ast.parse (.py) |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        totals = dict.fromkeys(
+            ("files", "py", "seconds", "parallel_seconds", "python_seconds", "parse_seconds"), 0.0
+        )
+        print(
+            "| repository | files | .py | s (1 process) | files/s | s (workers) | files/s "
+            "| .py files/s (1 process) | lint / ast.parse (.py) |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for root in roots:
             r = bench_repo(root)
             for key in totals:
                 totals[key] += r[key]
             print(
                 f"| {Path(root).name} | {r['files']:,.0f} | {r['py']:,.0f} | {r['seconds']:.2f} "
-                f"| {r['files'] / r['seconds']:,.0f} | {r['py'] / r['python_seconds']:,.0f} "
+                f"| {r['files'] / r['seconds']:,.0f} | {r['parallel_seconds']:.2f} "
+                f"| {r['files'] / r['parallel_seconds']:,.0f} | {r['py'] / r['python_seconds']:,.0f} "
                 f"| {r['python_seconds'] / r['parse_seconds']:.2f}× |"
             )
         t = totals
         print(
             f"| all | {t['files']:,.0f} | {t['py']:,.0f} | {t['seconds']:.2f} "
-            f"| {t['files'] / t['seconds']:,.0f} "
+            f"| {t['files'] / t['seconds']:,.0f} | {t['parallel_seconds']:.2f} "
+            f"| {t['files'] / t['parallel_seconds']:,.0f} "
             f"| {t['py'] / t['python_seconds']:,.0f} | {t['python_seconds'] / t['parse_seconds']:.2f}× |"
         )
     else:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import multiprocessing
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
@@ -26,8 +27,12 @@ from .fixes import apply_fixes
 from .rulebook import load_rules
 from .selection import Selection, check_codes
 from .sources import kind_of, sniff, walk
+from .tokens import count_tokens, model_info
 
 MAX_FIX_PASSES = 10
+# A walk with fewer files than this is linted in this process: starting workers would cost more.
+PARALLEL_MIN_FILES = 200
+MAX_JOBS = 8
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", help="model whose tokenizer and cache minimum apply (default: gpt-4o)")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    p.add_argument(
+        "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU; 1: none)"
+    )
     return p
 
 
@@ -112,6 +120,39 @@ def _lint_file(path: str, shown: str, options: Options, fix: bool, unsafe: bool)
     return findings, fixed_total
 
 
+def _lint_one(job: tuple[str, str, Options, bool, bool]) -> tuple[list[Finding], int]:
+    path, shown, options, fix, unsafe = job
+    return _lint_file(path, shown, options, fix, unsafe)
+
+
+def _jobs(requested: int, files: int, fix: bool) -> int:
+    """Worker processes for this run: one per CPU this process may use, for a large walk; none
+    when fixing (files are rewritten in place) or where processes cannot be forked."""
+    if requested == 1 or fix or (requested == 0 and files < PARALLEL_MIN_FILES):
+        return 1
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(requested or available, MAX_JOBS, files))
+
+
+def _lint_all(
+    todo: Sequence[tuple[str, str, Options]], fix: bool, unsafe: bool, requested: int
+) -> Iterator[tuple[list[Finding], int]]:
+    """Each file's findings, in walk order. Files are independent (a file another one refers to is
+    read by the worker that needs it), so a large walk is split over forked workers; the rules,
+    the model table and the tokenizer are loaded before the fork and shared."""
+    jobs = [(path, shown, options, fix, unsafe) for path, shown, options in todo]
+    workers = _jobs(requested, len(jobs), fix or unsafe)
+    if workers == 1:
+        yield from map(_lint_one, jobs)
+        return
+    load_rules()
+    count_tokens("warm up", model_info(todo[0][2].settings.model))  # the tokenizer, loaded once
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap(_lint_one, jobs, chunksize=8)
+
+
 def _summary(findings: Sequence[Finding], files: int, fixed: int) -> dict[str, int]:
     summary = {"files": files, "findings": len(findings), "error": 0, "warning": 0, "info": 0, "fixed": fixed}
     for f in findings:
@@ -131,21 +172,23 @@ def run(argv: Sequence[str]) -> int:
     for p in paths:
         if not os.path.exists(p):
             raise CachewardenError(f"{p}: no such file or directory")
-    findings: list[Finding] = []
-    files = fixed = 0
     bases = (os.path.abspath(config.root), os.path.abspath(Path.cwd()))
     named = {str(Path(p)) for p in paths if not os.path.isdir(p)}
     lenient = replace(options, lenient=True)
+    todo: list[tuple[str, str, Options]] = []
     for path in walk(paths):
         shown = _display(path, bases)
         if (kind_of(path) is None and not (path in named and _script(path))) or any(
             fnmatch.fnmatch(shown, g) or fnmatch.fnmatch(shown, f"{g}/*") for g in config.exclude
         ):
             continue  # pre-commit passes every staged file of the listed types; others are not ours
-        found, n = _lint_file(path, shown, options if path in named else lenient, args.fix, args.unsafe_fixes)
+        todo.append((path, shown, options if path in named else lenient))
+    findings: list[Finding] = []
+    fixed = 0
+    for found, n in _lint_all(todo, args.fix, args.unsafe_fixes, args.jobs):
         findings.extend(found)
-        files += 1
         fixed += n
+    files = len(todo)
     summary = _summary(findings, files, fixed)
     if args.format == "json":
         print(report_json.render(findings, summary))
