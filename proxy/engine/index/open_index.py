@@ -100,7 +100,9 @@ def open_index(
         secret=secret,
         expired_window_seconds=expired_window_seconds,
         max_age_seconds=caps.get("max_age_seconds", 24 * 3600),
-        # Inserts and marks leave the analysis' path; reads still see them (redis_writes.py).
+        # Inserts and marks leave the analysis' path (redis_writes.py); reads need not wait for
+        # them: the local index below holds this replica's writes, and answers are merged.
         write_behind=True,
+        read_own_writes=False,
     )
     return ResilientIndex(primary, MemoryIndex(**caps), on_outage=on_outage, retry_seconds=retry)

@@ -52,41 +52,67 @@ import uuid
 from array import array
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
 from .base import NO_MATCH, IndexStats, Lookup, Match
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
-from .redis_writes import WriteBehind
+from .redis_writes import Channel, WriteBehind
 
 __all__ = ["RedisIndex"]
 
-_VERSION = b"cachewarden-index-v2"
+_SCRIPTS = (LOOKUP, AROUND, WRITE, MARK_WRITE)
+
+_VERSION = b"cachewarden-index-v3"
 _DIGEST = 16  # chain digests (node names)
 _FIELD = 8  # mark fields
 _GROUP = 4  # bytes a token in a member
 _GIVEN = 2  # blocks whose bytes a lookup sends with its walk (the stop is most often there)
 _CHUNK = 512  # blocks per script call: each stays well under a 50 ms client timeout
-_BLOCK_CACHE = 16384  # full blocks whose member bytes are remembered (~500 bytes each)
+# Full blocks whose digest and member bytes are remembered, by (parent digest, tokens): ~6.5 KiB
+# each at 512 tokens (the tokens tuple, 2 KiB of member), so ~26 MiB at most.
+_BLOCK_CACHE = 4096
+_STORED = 1 << 16  # chain digests of full blocks known to be in Redis (~150 bytes each)
 _TOKEN_MEMO = 1 << 18  # token -> its 4 bytes (a vocabulary is ~200k tokens)
 _ESCAPE = -(2**63)  # int64 token values are 8 bytes; this one introduces a longer encoding
 
-Call = tuple[Script, list[bytes], list[bytes | str | int | float]]
+
+class Call(NamedTuple):
+    """One script call. ``groups``: a WRITE's member bytes of every block, also of those whose bytes
+    it leaves out (sent again if Redis lacks them)."""
+
+    script: Script
+    keys: list[bytes]
+    args: list[bytes | str | int | float]
+    groups: list[bytes] | None = None
+
+
 # A lookup in steps (``RedisIndex._walk``): yields each round trip's calls, is sent their answers.
 _Walk = Generator[list[Call], list[Any], Match]
 
 
+_ESCAPE_BYTES = _ESCAPE.to_bytes(8, "little", signed=True)
+
+
 def _encode(toks: Sequence[int]) -> tuple[bytes, Sequence[int]]:
-    """Token bytes and the byte offset of every token (plus the end): prefix-free, platform-free."""
+    """Token bytes and the byte offset of every token (plus the end): prefix-free, platform-free.
+    Encoding is token by token: the bytes of a slice are the slice of the bytes."""
     try:
         packed = array("q", toks)
-        if not packed or min(packed) != _ESCAPE:
-            if sys.byteorder != "little":
-                packed.byteswap()
-            return packed.tobytes(), range(0, 8 * len(toks) + 1, 8)
     except OverflowError:
         pass
+    else:
+        if sys.byteorder != "little":
+            packed.byteswap()
+        data = packed.tobytes()
+        # The escape token itself needs the long form; a search in C finds it (min() would box
+        # every token).
+        at = data.find(_ESCAPE_BYTES)
+        while at >= 0 and at % 8:
+            at = data.find(_ESCAPE_BYTES, at + 1)
+        if at < 0:
+            return data, range(0, len(data) + 1, 8)
     parts: list[bytes] = []
     offsets = [0]
     for t in toks:
@@ -109,6 +135,18 @@ def _server_of(client: redis.Redis) -> tuple[object, ...]:
     return (pool.connection_class, *(kw.get(f) for f in fields))
 
 
+def _trim(cache: dict[Any, Any], size: int) -> None:
+    """Drops the oldest entries past ``size`` (the caller holds the cache's lock)."""
+    excess = len(cache) - size
+    if excess > 0:
+        for old in list(itertools.islice(cache, excess)):
+            del cache[old]
+
+
+def _command(call: Call) -> tuple[Any, ...]:
+    return ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+
+
 def _threshold(now: float, ttl: float) -> float:
     return -math.inf if ttl <= 0 else now - ttl
 
@@ -127,8 +165,6 @@ class _Record:
 class _Prepared:
     scope: str
     toks: tuple[int, ...]
-    data: bytes
-    offsets: Sequence[int]
     root: bytes
     chain: list[bytes]  # H0 … H(full blocks)
     members: list[bytes]  # one a block, the partial last one included
@@ -151,6 +187,7 @@ class RedisIndex:
         sweep_fields: int = 4096,
         scan_limit: int = 256,
         write_behind: bool = False,
+        read_own_writes: bool = True,
     ) -> None:
         if not 1 <= block_size <= 1024:
             raise ValueError("block_size must be between 1 and 1024")
@@ -172,13 +209,28 @@ class RedisIndex:
         self._scan = max(scan_limit, 1)
         self._memo: dict[int | bytes, bytes] = {}
         self._masks: dict[int, int] = {}
-        # Chain digest of a full block -> its member bytes; a conversation's next turn re-sends the
-        # same blocks, so each is computed once. Bounded, oldest first out.
-        self._blocks: dict[bytes, bytes] = {}
+        # (parent digest, a full block's tokens) -> (its chain digest, its member bytes): a
+        # conversation's next turn re-sends the same blocks, so each is encoded and hashed once and
+        # a turn costs its new tokens. Bounded, oldest first out.
+        self._blocks: dict[tuple[bytes, tuple[int, ...]], tuple[bytes, bytes]] = {}
+        # Full blocks this index wrote or walked: a write sends only their digest, not their bytes.
+        self._stored: dict[bytes, None] = {}
         self._blocks_lock = threading.Lock()
         self._last = threading.local()
         # open_index turns this on for the proxy: writes leave the analysis' path (redis_writes.py).
-        self._writes = WriteBehind(self._scripts) if write_behind else None
+        # On a single Redis, writes go out at once on a connection of the index's own and their
+        # replies are read later; on a cluster, a thread sends them (redis_writes.py).
+        self._chan: Channel | None = None
+        self._writes: WriteBehind | None = None
+        if write_behind and self._pipelined:
+            prelude = [("SCRIPT", "LOAD", script.source) for script in _SCRIPTS]
+            self._chan = Channel(client.connection_pool, self._on_reply, prelude)
+        elif write_behind:
+            self._writes = WriteBehind(self._write)
+        # With a thread sending the writes, a read first sends what is queued and waits for what
+        # is in flight. ``open_index`` turns that off: its local mirror holds this replica's
+        # writes, so the merged answer is the same without them. (A channel needs no wait.)
+        self._own = read_own_writes
 
     # -- hashing ------------------------------------------------------------------------------------
 
@@ -189,13 +241,6 @@ class RedisIndex:
     def _digest(self, data: bytes) -> bytes:
         return hashlib.blake2b(data, digest_size=_DIGEST, key=self._key).digest()
 
-    def _chain(self, root: bytes, data: bytes, offsets: Sequence[int], blocks: int) -> list[bytes]:
-        """``[H0, H1, …, H(blocks)]``."""
-        bs, chain = self._bs, [root]
-        for k in range(blocks):
-            chain.append(self._digest(chain[-1] + data[offsets[k * bs] : offsets[(k + 1) * bs]]))
-        return chain
-
     def _token(self, t: int, raw: bytes) -> bytes:
         g = hashlib.blake2b(raw, digest_size=_GROUP, key=self._token_key).digest()
         memo = self._memo
@@ -204,14 +249,11 @@ class RedisIndex:
         memo[t if _ESCAPE < t < 2**63 else raw] = g
         return g
 
-    def _groups(
-        self, node: bytes, toks: Sequence[int], data: bytes, offsets: Sequence[int], s: int, e: int
-    ) -> bytes:
-        """The member bytes of ``toks[s:e]`` under ``node`` (4 a token, high bit set on the first)."""
+    def _groups(self, node: bytes, block: Sequence[int], data: bytes, offsets: Sequence[int]) -> bytes:
+        """The member bytes of ``block`` (encoded as ``data``) under ``node`` (4 a token, high bit
+        set on the first)."""
         get, miss = self._memo.get, self._token
-        raw = b"".join(
-            [get(t) or miss(t, data[offsets[i] : offsets[i + 1]]) for i, t in enumerate(toks[s:e], s)]
-        )
+        raw = b"".join([get(t) or miss(t, data[offsets[i] : offsets[i + 1]]) for i, t in enumerate(block)])
         size = len(raw)
         stream = hashlib.shake_256(self._stream_key + node).digest(size)
         mask = self._masks.get(size)
@@ -221,37 +263,43 @@ class RedisIndex:
         return mixed.to_bytes(size, "big")
 
     def _prepare(self, scope: str, toks: Sequence[int]) -> _Prepared:
-        """Encoding, chain and member bytes of a prompt. The engine looks a prompt up, then inserts
-        and marks the same one: the last one of each thread is kept for those calls."""
+        """Chain and member bytes of a prompt. The engine looks a prompt up, then inserts and marks
+        the same one: the last one of each thread is kept for those calls."""
         last: _Prepared | None = getattr(self._last, "value", None)
         # A copy, compared by value: a caller may reuse and change its list between calls.
         key = tuple(toks)
         if last is not None and last.scope == scope and last.toks == key:
             return last
-        n, bs = len(toks), self._bs
+        n, bs = len(key), self._bs
         full = n // bs
-        data, offsets = _encode(toks)
         root = self._root(scope)
-        chain = self._chain(root, data, offsets, full)
-        cache, fresh, members = self._blocks, [], []
+        chain, members = [root], []
+        cache, fresh = self._blocks, []
         for k in range(full):
-            got = cache.get(chain[k + 1])
+            step = (chain[k], key[k * bs : (k + 1) * bs])
+            got = cache.get(step)
             if got is None:
-                got = self._groups(chain[k], toks, data, offsets, k * bs, (k + 1) * bs)
-                fresh.append((chain[k + 1], got))
-            members.append(got)
+                data, offsets = _encode(step[1])
+                got = (self._digest(chain[k] + data), self._groups(chain[k], step[1], data, offsets))
+                fresh.append((step, got))
+            chain.append(got[0])
+            members.append(got[1])
         if n > full * bs:
-            members.append(self._groups(chain[full], toks, data, offsets, full * bs, n))
+            block = key[full * bs :]
+            members.append(self._groups(chain[full], block, *_encode(block)))
         if fresh:
             with self._blocks_lock:
                 cache.update(fresh)
-                excess = len(cache) - _BLOCK_CACHE
-                if excess > 0:
-                    for old in list(itertools.islice(cache, excess)):
-                        del cache[old]
-        prepared = _Prepared(scope, key, data, offsets, root, chain, members)
+                _trim(cache, _BLOCK_CACHE)
+        prepared = _Prepared(scope, key, root, chain, members)
         self._last.value = prepared
         return prepared
+
+    def _known(self, digests: Iterable[bytes]) -> None:
+        """Full blocks now known to be in Redis (written, or walked: their members are there)."""
+        with self._blocks_lock:
+            self._stored.update(dict.fromkeys(digests))
+            _trim(self._stored, _STORED)
 
     def _fields(
         self, parent: bytes, data: bytes, offsets: Sequence[int], start: int, ends: Iterable[int]
@@ -282,18 +330,18 @@ class RedisIndex:
         if not self._pipelined and len(calls) > 1:
             return [self._scripts([call])[0] for call in calls]
         if len(calls) == 1:  # one direct call: no pipeline to set up
-            script, keys, args = calls[0]
+            script, keys, args, _ = calls[0]
             try:
                 return [self._r.evalsha(script.sha, len(keys), *keys, *args)]
             except redis.exceptions.NoScriptError:
                 return [self._r.eval(script.source, len(keys), *keys, *args)]
         pipe = self._r.pipeline(transaction=False)
-        for script, keys, args in calls:
+        for script, keys, args, _ in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
         try:
             return list(pipe.execute())
         except redis.exceptions.NoScriptError:
-            return [self._r.eval(s.source, len(k), *k, *a) for s, k, a in calls]
+            return [self._r.eval(c.script.source, len(c.keys), *c.keys, *c.args) for c in calls]
 
     # -- PrefixIndex --------------------------------------------------------------------------------
 
@@ -302,14 +350,17 @@ class RedisIndex:
 
     def lookup_many(self, queries: Sequence[Lookup], *, now: float) -> list[Match]:
         """``JointLookups``: the lookups of every ``RedisIndex`` on this one's server (whatever its
-        secret or namespace) share each round trip; the others are their index's own lookup."""
+        secret or namespace) or with a channel of its own share each round trip; the others are
+        their index's own lookup."""
         out: list[Match | None] = [None] * len(queries)
         joined: list[int] = []
         walks: list[tuple[RedisIndex, _Walk]] = []
         for i, q in enumerate(queries):
             index = q.index
             if isinstance(index, RedisIndex) and (
-                index is self or (self._server is not None and index._server == self._server)
+                index is self
+                or index._chan is not None
+                or (self._server is not None and index._server == self._server)
             ):
                 joined.append(i)
                 walks.append((index, index._walk(q.scope, q.tokens, now, q.ttl)))
@@ -321,8 +372,9 @@ class RedisIndex:
         ]
 
     def _run(self, walks: list[tuple[RedisIndex, _Walk]]) -> list[Match]:
-        """Runs walks side by side: each round trip carries the next calls of all of them (and, on
-        the first, the writes their indexes still have queued: each reads its own writes)."""
+        """Runs walks side by side: each round trip carries the next calls of all of them, on the
+        channel of their index if it has one, else in one pipeline of this index's client (with,
+        on the first, the writes a sending thread still has queued: each reads its own writes)."""
         results: list[Match] = [NO_MATCH] * len(walks)
         replies: list[list[Any] | None] = [None] * len(walks)
         active = list(range(len(walks)))
@@ -341,15 +393,40 @@ class RedisIndex:
                 batch.extend(calls)
             if not spans:
                 break
-            pending: list[Call] = []
-            if first:
-                first = False
-                for index in {id(w[0]): w[0] for w in walks}.values():
-                    if index._writes is not None:
-                        pending.extend(index._writes.take())
-            got = self._scripts([*pending, *batch])[len(pending) :]
-            for i, at, size in spans:
-                replies[i] = got[at : at + size]
+            # Asks on channels first (they wait below), then the pipeline, then the channels' replies.
+            asked: dict[int, tuple[Channel, list[tuple[int, int, int]], Any]] = {}
+            rest: list[tuple[int, int, int]] = []
+            for span in spans:
+                chan = walks[span[0]][0]._chan
+                if chan is None:
+                    rest.append(span)
+                else:
+                    asked.setdefault(id(chan), (chan, [], None))[1].append(span)
+            for key, (chan, own, _) in asked.items():
+                cmds = [_command(c) for i, at, size in own for c in batch[at : at + size]]
+                asked[key] = (chan, own, chan.ask(cmds))
+            if rest:
+                pending: list[Call] = []
+                if first:
+                    for index in {id(walks[i][0]): walks[i][0] for i, _, _ in rest}.values():
+                        if index._writes is not None and index._own:
+                            pending.extend(index._writes.take())
+                sync = [c for _, at, size in rest for c in batch[at : at + size]]
+                got = self._scripts([*pending, *sync])
+                if pending:
+                    self._written(pending, got[: len(pending)])
+                    got = got[len(pending) :]
+                at_got = 0
+                for i, _, size in rest:
+                    replies[i] = got[at_got : at_got + size]
+                    at_got += size
+            for chan, own, ticket in asked.values():
+                got = chan.wait(ticket)
+                at_got = 0
+                for i, _, size in own:
+                    replies[i] = got[at_got : at_got + size]
+                    at_got += size
+            first = False
             active = [i for i, _, _ in spans]
         return results
 
@@ -363,28 +440,34 @@ class RedisIndex:
         root, nodes, members = prep.root, prep.chain, prep.members
         t = repr(max(_threshold(now, ttl), -1e300))  # Lua's tonumber cannot read "-inf"
         full = n // bs
-        # Full blocks are walked by their chain digest; the bytes of a block are needed only where
-        # the walk stops, which is most often one of the last two.
+        # Full blocks are found by their chain digest; the bytes of a block are needed only where
+        # the held ones end, which is most often one of the last two.
         digests = [nodes[k + 1][:_FIELD] if k < full else b"" for k in range(len(members))]
-        walked: list[_Record] = []
+        walked = 0  # full blocks held
+        last: _Record | None = None  # the value of the last one
         stop: list[Any] | None = None
         live: int | None = None  # tokens of the live prefix, once known
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
             given = members[max(ks.start, ks.stop - _GIVEN) : ks.stop]
-            call: Call = (LOOKUP, keys, [t, self._scan, len(given), *(digests[k] for k in ks), *given])
-            got, stop, dead, dead_live, need_stop, need_dead = (yield [call])[0]
-            walked.extend(_Record(v) for v in got)
-            stop_at = len(walked)
+            call = Call(LOOKUP, keys, [t, self._scan, len(given), *(digests[k] for k in ks), *given])
+            held, value, stop, dead, dead_live, need_stop, need_dead = (yield [call])[0]
+            if held:
+                self._known(digests[s : s + held])
+                last = _Record(value)
+            walked += held
+            stop_at = walked
             asks: list[Call] = []
             if need_stop:
                 asks.append(
-                    (AROUND, [self._key_of(root, b"n", nodes[stop_at])], [t, self._scan, members[stop_at]])
+                    Call(
+                        AROUND, [self._key_of(root, b"n", nodes[stop_at])], [t, self._scan, members[stop_at]]
+                    )
                 )
             if need_dead:
                 k = s + dead - 1
-                asks.append((AROUND, [self._key_of(root, b"n", nodes[k])], [t, self._scan, members[k]]))
+                asks.append(Call(AROUND, [self._key_of(root, b"n", nodes[k])], [t, self._scan, members[k]]))
             if asks:  # a second round trip, only when the walk stopped early in a long prompt
                 answers = yield asks
                 if need_stop:
@@ -395,14 +478,14 @@ class RedisIndex:
                 live = (s + dead - 1) * bs + int(dead_live)
             if stop:
                 break
-        held_ext, best = 0, walked[-1] if walked else None
+        held_ext, best = 0, last
         if stop:
             held_ext = int(stop[0])
             if held_ext:
                 best = _Record(stop[1])
             if live is None:
-                live = len(walked) * bs + int(stop[2])
-        held = len(walked) * bs + held_ext
+                live = walked * bs + int(stop[2])
+        held = walked * bs + held_ext
         if held == 0 or best is None:
             return NO_MATCH
         return Match(
@@ -440,11 +523,16 @@ class RedisIndex:
         head: list[bytes | str | int | float] = [value, repr(now), px, repr(keep), self._sweep]
         calls: list[Call] = []
         full = len(toks) // self._bs
+        digests = [nodes[k + 1][:_FIELD] if k < full else b"" for k in range(len(members))]
+        stored = self._stored
+        # The bytes of a full block already in Redis are left out: a turn of a conversation then
+        # sends (and Redis rewrites) a digest and a value per block, not 2 KiB.
+        sent = [b"" if d and d in stored else m for m, d in zip(members, digests, strict=True)]
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
-            args = [x for k in ks for x in (members[k], nodes[k + 1][:_FIELD] if k < full else b"")]
-            calls.append((WRITE, keys, [*head, *args]))
+            args = [x for k in ks for x in (sent[k], digests[k])]
+            calls.append(Call(WRITE, keys, [*head, *args], members[ks.start : ks.stop]))
         self._send(calls)
         return eid
 
@@ -473,18 +561,51 @@ class RedisIndex:
             px,
             *(b"".join(f) for _, f, _ in groups),
         ]
-        self._send([(MARK_WRITE, keys, args)])
+        self._send([Call(MARK_WRITE, keys, args)])
 
     def flush(self) -> None:
         """Sends the writes still queued (``write_behind``) and waits for them."""
-        if self._writes is not None and (pending := self._writes.take()):
-            self._scripts(pending)
+        if self._chan is not None:
+            self._chan.drain()
+        elif self._writes is not None and (pending := self._writes.take()):
+            self._write(pending)
 
     def _send(self, calls: list[Call]) -> None:
-        if self._writes is not None:
+        if self._chan is not None:
+            self._chan.post([_command(c) for c in calls], calls)
+        elif self._writes is not None:
             self._writes.submit(calls)
         else:
-            self._scripts(calls)
+            self._write(calls)
+
+    def _on_reply(self, call: Call, reply: Any) -> None:
+        """The reply of a write sent on the channel, read by a later call."""
+        self._written([call], [reply])
+
+    def _write(self, calls: list[Call]) -> list[Any]:
+        got = self._scripts(calls)
+        self._written(calls, got)
+        return got
+
+    def _written(self, calls: list[Call], answers: list[Any]) -> None:
+        """After write calls ran: the full blocks they stored are known to be stored; the blocks a
+        WRITE left out and Redis lacks (expired, swept, flushed) are written again with their bytes."""
+        known: list[bytes] = []
+        again: list[Call] = []
+        for call, answer in zip(calls, answers, strict=True):
+            if call.script is not WRITE or call.groups is None:
+                continue
+            head, pairs = call.args[:5], call.args[5:]
+            missing = sorted(int(i) - 1 for i in answer or ())
+            if missing:
+                args = [x for i in missing for x in (call.groups[i], pairs[2 * i + 1])]
+                again.append(Call(WRITE, [call.keys[i] for i in missing], [*head, *args], call.groups))
+            lost = set(missing)
+            known.extend(d for i, d in enumerate(pairs[1::2]) if i not in lost and isinstance(d, bytes) and d)
+        if known:
+            self._known(known)
+        if again:  # every block's bytes are in these: they miss nothing
+            self._write(again)
 
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
@@ -493,13 +614,18 @@ class RedisIndex:
         groups = self._mark_fields(scope, toks, positions)
         if not groups:
             return {}
-        self.flush()
-        pipe = self._r.pipeline(transaction=False)
-        for key, fields, _ in groups:
-            pipe.hmget(key, fields)
+        if self._chan is not None:  # behind this index's writes on its connection: no wait
+            answers = self._chan.wait(self._chan.ask([("HMGET", key, *fields) for key, fields, _ in groups]))
+        else:
+            if self._own:
+                self.flush()
+            pipe = self._r.pipeline(transaction=False)
+            for key, fields, _ in groups:
+                pipe.hmget(key, fields)
+            answers = pipe.execute()
         t = _threshold(now, ttl)
         found: dict[int, float] = {}
-        for (_, _, where), got in zip(groups, pipe.execute(), strict=True):
+        for (_, _, where), got in zip(groups, answers, strict=True):
             for p, raw in zip(where, got, strict=True):
                 if raw is not None and (when := float(raw)) >= t:
                     found[p] = now - when
@@ -514,14 +640,15 @@ class RedisIndex:
             return []
         bs = self._bs
         prep = self._prepare(scope, toks)
-        data, offsets, root, chain = prep.data, prep.offsets, prep.root, prep.chain
+        root, chain = prep.root, prep.chain
         by_node: dict[int, list[int]] = {}
         for p in wanted:
             by_node.setdefault(p // bs, []).append(p)
         out = []
         for k, ps in by_node.items():
+            data, offsets = _encode(prep.toks[k * bs : ps[-1]])
             # The empty partial (a mark on a block boundary) has the node's own digest as field.
-            fields = [self._fields(chain[k], data, offsets, k * bs, range(p, p + 1))[0] for p in ps]
+            fields = self._fields(chain[k], data, offsets, 0, [p - k * bs for p in ps])
             out.append((self._key_of(root, b"m", chain[k]), fields, ps))
         return out
 
@@ -540,6 +667,10 @@ class RedisIndex:
         return IndexStats(entries=0, tokens=tokens, blocks=blocks)
 
     def clear(self) -> None:
+        if self._chan is not None:
+            self._chan.drain()
+        with self._blocks_lock:
+            self._stored.clear()
         batch: list[bytes] = []
         for key in self._r.scan_iter(match=self._ns + b":{*}:*", count=1000):
             batch.append(key)
@@ -554,4 +685,6 @@ class RedisIndex:
 
     def close(self) -> None:
         """Closes the client's connections (the index is unusable afterwards)."""
+        if self._chan is not None:
+            self._chan.close()
         self._r.close()

@@ -20,38 +20,87 @@ import hashlib
 __all__ = ["AROUND", "LOOKUP", "MARK_WRITE", "WRITE", "Script"]
 
 _COMMON = r"""
+local function terminator(m)
+  -- A value holds no NUL, so the terminator is the last one: found by plain searches (memchr,
+  -- in C) from near the end, as a value is short. A pattern over a whole 2 KiB member costs
+  -- ~35 µs, stepping over the groups in Lua ~25 µs.
+  local at = string.find(m, '\0', math.max(1, #m - 160), true) or string.find(m, '\0', 1, true)
+  while true do
+    local after = string.find(m, '\0', at + 1, true)
+    if not after then return at end
+    at = after
+  end
+end
+
+local function value_of(m)
+  return string.sub(m, terminator(m) + 1)
+end
+
 local function groups_shared(q, m)
-  -- The largest g such that the first 4g bytes agree (binary search: string compares run in C).
-  local lo, hi = 0, math.floor(math.min(#q, #m) / 4)
+  -- The largest g such that the first 4g bytes of the query's groups q and of member m agree.
+  if string.byte(m, 1) < 128 then return 0 end  -- a digest member or the sweep mark
+  local hi = math.min(#q, terminator(m) - 1) / 4
+  -- Most often one is a prefix of the other (a conversation's turns): one compare. Otherwise a
+  -- binary search (string compares run in C) that only compares the bytes not known to agree:
+  -- each substring is a new Lua string, and their bytes (the garbage collector's work) are most
+  -- of the cost.
+  if string.sub(q, 1, 4 * hi) == string.sub(m, 1, 4 * hi) then return hi end
+  local lo = 0  -- the first lo groups agree
+  hi = hi - 1
   while lo < hi do
     local mid = math.floor((lo + hi + 1) / 2)
-    if string.sub(q, 1, 4 * mid) == string.sub(m, 1, 4 * mid) then lo = mid else hi = mid - 1 end
+    local from, to = 4 * lo + 1, 4 * mid
+    if string.sub(q, from, to) == string.sub(m, from, to) then lo = mid else hi = mid - 1 end
   end
   return lo
 end
 
-local function value_of(m)
-  -- The value after the terminator: a value holds no NUL, so the terminator is the last one
-  -- (a pattern runs in C; stepping over the groups in Lua would cost ~25 µs a member).
-  return string.match(m, '%z([^%z]*)$')
+local function when(v) return tonumber(string.match(v, '^%S+')) end
+
+local function digest_key(d)
+  -- A full block's digest member: 0x01 ‖ its 8-byte chain digest ‖ 0x00 ‖ value.
+  return '[\1' .. d .. '\0', '(\1' .. d .. '\1'
 end
 
-local function when(v) return tonumber(string.match(v, '^%S+')) end
+local function unhex(h)
+  return (string.gsub(h, '..', function(x) return string.char(tonumber(x, 16)) end))
+end
+
+local function value_in(key, m)
+  -- A partial block's member holds its value; a full block's holds '#' and its digest in hex, and
+  -- the value is its digest member's (one record to refresh per write, not the block's bytes).
+  local v = value_of(m)
+  if string.byte(v, 1) ~= 35 then return v end
+  local from, to = digest_key(unhex(string.sub(v, 2)))
+  local got = redis.call('ZRANGEBYLEX', key, from, to, 'LIMIT', 0, 1)[1]
+  if got then return string.sub(got, 11) end
+  return nil
+end
 """
 
 _AROUND = r"""
-local function fetch(key, q, side, offset, count)
-  if side == 1 then return redis.call('ZRANGEBYLEX', key, '[' .. q, '+', 'LIMIT', offset, count) end
-  return redis.call('ZREVRANGEBYLEX', key, '(' .. q, '-', 'LIMIT', offset, count)
+local function fetch(key, from, side, offset, count)
+  if side == 1 then return redis.call('ZRANGEBYLEX', key, from, '+', 'LIMIT', offset, count) end
+  return redis.call('ZREVRANGEBYLEX', key, from, '-', 'LIMIT', offset, count)
 end
 
 -- {groups shared with q, value of the newest member sharing them, groups of the best live one}
 local function around(key, q, t, cap)
+  local memo = {}
+  local function shared_of(m)
+    local got = memo[m]
+    if not got then
+      got = groups_shared(q, m)
+      memo[m] = got
+    end
+    return got
+  end
   -- The nearest members on both sides first (most lookups need no more than those).
-  local first = {fetch(key, q, 1, 0, 2), fetch(key, q, 2, 0, 2)}
+  local from = {'[' .. q, '(' .. q}
+  local first = {fetch(key, from[1], 1, 0, 2), fetch(key, from[2], 2, 0, 2)}
   local held, best, newest, live = 0, false, -math.huge, 0
   for side = 1, 2 do
-    if first[side][1] then held = math.max(held, groups_shared(q, first[side][1])) end
+    if first[side][1] then held = math.max(held, shared_of(first[side][1])) end
   end
   if held == 0 then return {0, false, 0} end
   for side = 1, 2 do
@@ -59,32 +108,39 @@ local function around(key, q, t, cap)
     while not done do
       for i = 1, #got do
         local m = got[i]
-        local shared = groups_shared(q, m)
+        local shared = shared_of(m)
         -- Shared groups only shrink away from the query: past this, nothing can improve.
         if shared < held and shared <= live then done = true; break end
-        local v = value_of(m)
-        local w = when(v)
-        if shared == held and w > newest then best, newest = v, w end
-        if w >= t and shared > live then live = shared end
+        local v = value_in(key, m)
+        if v then
+          local w = when(v)
+          if shared == held and w > newest then best, newest = v, w end
+          if w >= t and shared > live then live = shared end
+        end
         seen = seen + 1
       end
       if done or #got < batch or seen >= cap then break end
       offset, batch = offset + #got, math.min(batch * 4, cap)
-      got = fetch(key, q, side, offset, batch)
+      got = fetch(key, from[side], side, offset, batch)
     end
   end
+  if not best then return {0, false, 0} end  -- a full block whose digest member is gone
   return {held, best, live}
 end
 """
 
 # KEYS: the nodes of the query's blocks, in order. ARGV: live threshold, how many members to look
 # at on each side, m, the chain digest (8 bytes) of each full block ("" for a partial one), then
-# the member bytes of the last m blocks. Walks the full blocks held, then looks around the query
-# inside the block where the walk stops (and inside the first walked block no longer live), when
-# it was given that block's bytes. Returns {values of the walked blocks, the stop's {shared
-# groups, value of the newest member sharing them, shared groups of the best live one} or false,
-# index of the first dead walked block (0: none), its live groups, whether the stop's and the
-# dead block's bytes are still needed (then the caller asks AROUND)}.
+# the member bytes of the last m blocks. Finds the full blocks held, then looks around the query
+# inside the block where they end (and inside the first held block no longer live), when it was
+# given that block's bytes. Held blocks are a prefix of the query's (every write stores a prompt's
+# whole path) and their last writes only get older along it (a write stores one time on its whole
+# path, and never moves a block back in time): so both ends are found by probing a few blocks,
+# not by walking all of them, and a lookup costs the same at 500 tokens or at 50,000. Returns
+# {blocks held, the value of the last one (false: none), the stop's {shared groups, value of the
+# newest member sharing them, shared groups of the best live one} or false, index of the first
+# held block no longer live (0: none), its live groups, whether the stop's and that block's
+# bytes are still needed (then the caller asks AROUND)}.
 LOOKUP_SOURCE = (
     _COMMON
     + _AROUND
@@ -95,28 +151,55 @@ local function member(k)
   if k > n - given then return ARGV[3 + n + k - (n - given)] end
   return nil
 end
-local walked, dead, stop, need_stop, need_dead = {}, 0, false, 0, 0
-for k = 1, n do
-  local d = ARGV[3 + k]
-  local got = false
-  if d ~= '' then
-    got = redis.call('ZRANGEBYLEX', KEYS[k], '[\1' .. d .. '\0', '(\1' .. d .. '\1', 'LIMIT', 0, 1)[1]
+local values = {}
+local function value(k)
+  -- The value of full block k, or false when it is not held.
+  local v = values[k]
+  if v == nil then
+    v = false
+    local d = ARGV[3 + k]
+    if d ~= '' then
+      local from, to = digest_key(d)
+      local got = redis.call('ZRANGEBYLEX', KEYS[k], from, to, 'LIMIT', 0, 1)[1]
+      if got then v = string.sub(got, 11) end
+    end
+    values[k] = v
   end
-  if not got then
-    local q = member(k)
-    if q then stop = around(KEYS[k], q, t, cap) else need_stop = 1 end
-    break
+  return v
+end
+-- Blocks held: most often all of them, or all but the last (a turn that filled a block).
+local held = 0
+if value(n) then held = n elseif n > 1 and value(n - 1) then held = n - 1 elseif n > 2 then
+  local lo, hi = 0, n - 2  -- the last one held is in lo..hi
+  while lo < hi do
+    local mid = math.floor((lo + hi + 1) / 2)
+    if value(mid) then lo = mid else hi = mid - 1 end
   end
-  local v = string.sub(got, 11)
-  walked[#walked + 1] = v
-  if dead == 0 and when(v) < t then dead = k end
+  held = lo
+end
+local stop, need_stop, need_dead, dead = false, 0, 0, 0
+if held < n then
+  local q = member(held + 1)
+  if q then stop = around(KEYS[held + 1], q, t, cap) else need_stop = 1 end
+end
+local function dead_at(k)
+  local v = value(k)
+  return not v or when(v) < t
+end
+if held > 0 and dead_at(held) then
+  local lo, hi = 1, held  -- the first one no longer live is in lo..hi
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if dead_at(mid) then hi = mid else lo = mid + 1 end
+  end
+  dead = lo
 end
 local dead_live = 0
 if dead > 0 then
   local q = member(dead)
   if q then dead_live = around(KEYS[dead], q, t, cap)[3] else need_dead = 1 end
 end
-return {walked, stop, dead, dead_live, need_stop, need_dead}
+return {held, held > 0 and value(held), stop, dead, dead_live, need_stop, need_dead}
 """
 )
 
@@ -130,53 +213,86 @@ return around(KEYS[1], ARGV[3], tonumber(ARGV[1]), tonumber(ARGV[2]))
 )
 
 # KEYS: nodes. ARGV: value, now, expiry ms, retention s, sweep threshold, then per key the member
-# groups and the block's 8-byte chain digest ("" for a partial block). A member is replaced only
-# by a write at least as recent (skewed replica clocks cannot age a prefix). Key expiry is garbage
-# collection: set to the retention, never shortened. A node that keeps getting new children (a
-# shared system prompt) is swept of children older than the retention whenever it doubles past
-# the threshold (amortised O(1) a write); the size after the last sweep is kept in the member
-# 0x00 "~" (it sorts before every block and shares nothing).
+# groups and the block's 8-byte chain digest ("" for a partial block). A full block is its digest
+# member (with the value) and its groups member (with '#' and the digest in hex); the caller may
+# leave out the groups of a full block it knows is stored (it wrote or walked it): while the digest
+# member is there, so is the groups member. Returns the 1-based indexes of the full blocks whose
+# groups were left out and are not stored (the caller writes those again, with their groups).
+# A value is replaced only by a write at least as recent (skewed replica clocks cannot age a
+# prefix). Key expiry is garbage collection: set to the retention, never shortened. A node that
+# keeps getting new children (a shared system prompt) is swept of children older than the
+# retention whenever it doubles past the threshold (amortised O(1) a write); the size after the
+# last sweep is kept in the member 0x00 "~" (it sorts before every block and shares nothing).
 WRITE_SOURCE = (
     _COMMON
     + r"""
 local value, now, px = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local oldest, limit = now - tonumber(ARGV[4]), tonumber(ARGV[5])
-local function upsert(key, g)
+local function upsert(key, g, old)
   -- Returns whether the member is new. A write at least as recent replaces the old value.
-  local old = redis.call('ZRANGEBYLEX', key, '[' .. g .. '\0', '(' .. g .. '\1', 'LIMIT', 0, 1)[1]
   if old and when(string.sub(old, #g + 2)) > now then return false end
   -- Add before removing: a set emptied for a moment would lose its key's longer expiry.
   redis.call('ZADD', key, 0, g .. '\0' .. value)
   if old and old ~= g .. '\0' .. value then redis.call('ZREM', key, old) end
   return not old
 end
-for k, key in ipairs(KEYS) do
-  local g, d = ARGV[4 + 2 * k], ARGV[5 + 2 * k]
-  if d ~= '' then upsert(key, '\1' .. d) end
-  local fresh = upsert(key, g)
-  if fresh then
-    if limit > 0 then
-      local size = redis.call('ZCARD', key)
-      local mark = redis.call('ZRANGEBYLEX', key, '[\0~', '(\0\127', 'LIMIT', 0, 1)[1]
-      local last = 0
-      if mark then last = tonumber(string.sub(mark, 3)) end
-      if size > limit and size > 2 * last then
-        local dead = {}
-        for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-          if string.byte(m, 1) >= 1 and when(value_of(m)) < oldest then dead[#dead + 1] = m end
-        end
-        for i = 1, #dead, 1000 do
-          redis.call('ZREM', key, unpack(dead, i, math.min(i + 999, #dead)))
-        end
-        if mark then redis.call('ZREM', key, mark) end
-        redis.call('ZADD', key, 0, '\0~' .. (size - #dead))
+local function hex(d)
+  return (string.gsub(d, '.', function(c) return string.format('%02x', string.byte(c)) end))
+end
+local function sweep(key)
+  local size = redis.call('ZCARD', key)
+  local mark = redis.call('ZRANGEBYLEX', key, '[\0~', '(\0\127', 'LIMIT', 0, 1)[1]
+  local last = 0
+  if mark then last = tonumber(string.sub(mark, 3)) end
+  if size <= limit or size <= 2 * last then return end
+  local members, dead, gone = redis.call('ZRANGE', key, 0, -1), {}, {}
+  for _, m in ipairs(members) do
+    if string.byte(m, 1) == 1 and when(string.sub(m, 11)) < oldest then
+      dead[#dead + 1] = m
+      gone[hex(string.sub(m, 2, 9))] = true
+    end
+  end
+  for _, m in ipairs(members) do
+    if string.byte(m, 1) >= 128 then
+      local v = value_of(m)
+      if string.byte(v, 1) == 35 then
+        if gone[string.sub(v, 2)] then dead[#dead + 1] = m end
+      elseif when(v) < oldest then
+        dead[#dead + 1] = m
       end
     end
   end
+  for i = 1, #dead, 1000 do
+    redis.call('ZREM', key, unpack(dead, i, math.min(i + 999, #dead)))
+  end
+  if mark then redis.call('ZREM', key, mark) end
+  redis.call('ZADD', key, 0, '\0~' .. (size - #dead))
+end
+local missing = {}
+for k, key in ipairs(KEYS) do
+  local g, d = ARGV[4 + 2 * k], ARGV[5 + 2 * k]
+  local fresh = false
+  if d ~= '' then
+    local from, to = digest_key(d)
+    local old = redis.call('ZRANGEBYLEX', key, from, to, 'LIMIT', 0, 1)[1]
+    if g ~= '' then
+      -- Groups first: a digest member never stands without its block's.
+      redis.call('ZADD', key, 0, g .. '\0#' .. hex(d))
+      fresh = upsert(key, '\1' .. d, old)
+    elseif old then
+      upsert(key, '\1' .. d, old)
+    else
+      missing[#missing + 1] = k
+    end
+  else
+    local old = redis.call('ZRANGEBYLEX', key, '[' .. g .. '\0', '(' .. g .. '\1', 'LIMIT', 0, 1)[1]
+    fresh = upsert(key, g, old)
+  end
+  if fresh and limit > 0 then sweep(key) end
   local pttl = redis.call('PTTL', key)
   if pttl >= -1 and pttl < px then redis.call('PEXPIRE', key, px) end
 end
-return 0
+return missing
 """
 )
 

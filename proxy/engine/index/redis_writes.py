@@ -1,7 +1,9 @@
 """Writes of ``RedisIndex`` sent beside the analysis instead of in its way (``write_behind=True``).
 
-An insert or a mark queues its script calls and returns; one daemon thread sends the queue at
-once, in one pipeline, while the analysis goes on (the socket wait releases the GIL). A read of
+On a single Redis, ``Channel``: the index's own connection, on which writes are sent at once and
+their replies read later (see the class). On a Redis Cluster (no pipelines), ``WriteBehind``:
+an insert or a mark queues its script calls and returns; one daemon thread sends the queue at
+once while the analysis goes on (the socket wait releases the GIL). A read of
 the same index first takes whatever is still queued into its own round trip (and waits for a
 send in flight), so an index always reads its own writes. A failed send is not lost silently:
 the next call of that index raises it, where ``ResilientIndex`` counts the outage as before.
@@ -10,10 +12,13 @@ the next call of that index raises it, where ``ResilientIndex`` counts the outag
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["WriteBehind"]
+import redis
+
+__all__ = ["Channel", "WriteBehind"]
 
 
 class WriteBehind:
@@ -68,3 +73,140 @@ class WriteBehind:
                 with self._cv:
                     self._inflight = False
                     self._cv.notify_all()
+
+
+class _Ticket:
+    """The replies one ``ask`` waits for."""
+
+    __slots__ = ("expected", "replies")
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.replies: list[Any] = []
+
+
+class Channel:
+    """A connection of one index's own, to a single Redis: commands go out at once and in order;
+    their replies are read, in the same order, when a caller needs one.
+
+    A write (``post``) is sent and not waited for: Redis runs it while the analysis goes on, with
+    no thread to wake and no lock to wait on; its reply goes to ``on_reply`` when a later read of
+    the channel comes to it. A read (``ask``) goes out behind every write sent before it on the
+    same connection, so Redis runs it after them: the index reads its own writes without waiting
+    for them. ``ask`` returns a ticket for ``wait``: asks sent on several channels before any
+    wait cost one round trip together. ``prelude`` (``SCRIPT LOAD`` of the scripts) goes first on
+    every new connection, and again after a reply says a script is missing (``SCRIPT FLUSH``). An
+    error in a write's reply is raised by the next call, as ``WriteBehind`` does; a broken
+    connection fails what waits on it (its writes due are lost) and is made again.
+    """
+
+    def __init__(
+        self, pool: Any, on_reply: Callable[[Any, Any], None], prelude: list[tuple[Any, ...]]
+    ) -> None:
+        self._pool = pool
+        self._on_reply = on_reply
+        self._prelude = prelude
+        # Re-entrant: a reply's handler may post again (a write resent with its blocks' bytes).
+        self._lock = threading.RLock()
+        self._conn: Any = None
+        self._load = True  # the prelude goes before the next commands
+        # One entry per reply still to read: (ticket, or None for a write; its command; its tag).
+        self._queue: deque[tuple[_Ticket | None, tuple[Any, ...], Any]] = deque()
+        self._error: Exception | None = None
+
+    def post(self, commands: list[tuple[Any, ...]], tags: list[Any]) -> None:
+        with self._lock:
+            self._raise_pending_error()
+            self._send(commands, [(None, c, t) for c, t in zip(commands, tags, strict=True)])
+
+    def ask(self, commands: list[tuple[Any, ...]]) -> _Ticket:
+        with self._lock:
+            self._raise_pending_error()
+            ticket = _Ticket(len(commands))
+            self._send(commands, [(ticket, c, None) for c in commands])
+            return ticket
+
+    def wait(self, ticket: _Ticket) -> list[Any]:
+        """The replies of an ``ask``; raises the first error among them."""
+        with self._lock:
+            while len(ticket.replies) < ticket.expected:
+                self._read_one()
+            for reply in ticket.replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return ticket.replies
+
+    def drain(self) -> None:
+        """Reads every reply still due (the writes sent are then done); raises a write's error."""
+        with self._lock:
+            while self._queue:
+                self._read_one()
+            self._raise_pending_error()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.disconnect()
+            self._conn, self._load = None, True
+            self._queue.clear()
+
+    def _raise_pending_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _send(
+        self, commands: list[tuple[Any, ...]], entries: list[tuple[_Ticket | None, tuple[Any, ...], Any]]
+    ) -> None:
+        if self._conn is None:
+            self._conn = self._pool.make_connection()
+        for attempt in (1, 2):
+            load = self._load
+            out = [*self._prelude, *commands] if load else commands
+            try:
+                self._conn.send_packed_command(self._conn.pack_commands(out), check_health=False)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                # A dropped connection (a restarted server): one immediate retry on a new one, when
+                # no reply is due on the old one (those would be lost with it).
+                retry = attempt == 1 and not self._queue
+                self._broken(exc)
+                if not retry:
+                    raise
+                continue
+            if load:
+                self._load = False
+                self._queue.extend((None, c, None) for c in self._prelude)
+            self._queue.extend(entries)
+            return
+
+    def _broken(self, exc: Exception) -> None:
+        """The connection is gone: what waits on it fails with ``exc``; the writes due are lost."""
+        self._conn.disconnect()
+        self._load = True
+        for ticket, _, _ in self._queue:
+            if ticket is not None:
+                ticket.replies.extend([exc] * (ticket.expected - len(ticket.replies)))
+        self._queue.clear()
+
+    def _read_one(self) -> None:
+        ticket, command, tag = self._queue[0]
+        try:
+            reply: Any = self._conn.read_response()
+        except redis.ResponseError as exc:  # an error reply: the connection is fine
+            reply = exc
+        except Exception as exc:  # redis-py has closed the connection
+            self._broken(exc)
+            raise
+        self._queue.popleft()
+        missing = isinstance(reply, redis.exceptions.NoScriptError)
+        if missing:
+            self._load = True
+        if ticket is not None:
+            ticket.replies.append(reply)
+        elif missing and tag is not None:
+            self._send([command], [(None, command, tag)])  # behind the prelude, sent with it
+        elif isinstance(reply, Exception):
+            if tag is not None and self._error is None:
+                self._error = reply
+        elif tag is not None:
+            self._on_reply(tag, reply)
