@@ -20,6 +20,8 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
 
 from .counting import PromptCounter, TokenizedPrompt, provider_count
 from .prompt import Prompt
@@ -27,6 +29,7 @@ from .prompt import Prompt
 # The parts that do not change between the turns of one conversation (and where the rendering
 # errors live); messages are left out so that a growing conversation keeps its key.
 FIXED_KINDS = frozenset({"tool", "schema"})
+_CANDIDATE_KINDS = FIXED_KINDS | {"system"}
 # Ratio learning (estimated tokenizers): weight of each observation, smallest stream worth learning
 # from (framing dominates tiny requests), plausible bounds of a provider-tokens-per-o200k-token ratio.
 RATIO_WEIGHT = 0.1
@@ -37,12 +40,18 @@ RATIO_BOUNDS = (0.7, 2.5)
 MAX_OFFSET_SHARE = 0.25
 
 
+_KIND = attrgetter("kind")
+
+
 def fixed_digest(prompt: Prompt) -> str:
     """Digest of the request's fixed parts: tools, output schema and top-level / first system text."""
     h = hashlib.blake2b(digest_size=8)
     h.update(prompt.fingerprint.encode())
     first_index = next((s.message_index for s in prompt.segments if s.kind not in FIXED_KINDS), None)
-    for seg in prompt.segments:
+    # Only tools, schemas and system text can count: picked out at C speed (a long history of
+    # messages costs no Python loop), then judged one by one.
+    candidates = compress(prompt.segments, map(_CANDIDATE_KINDS.__contains__, map(_KIND, prompt.segments)))
+    for seg in candidates:
         top_system = seg.message_index is None or (
             seg.message_index == first_index and seg.role in ("system", "developer")
         )

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from itertools import compress, repeat
+from operator import attrgetter, is_, is_not
 
 from cachewarden.proxy.engine.prompt import Prompt
 
@@ -21,13 +23,21 @@ MAX_LINT_BYTES = 4 * 2**20
 
 
 def _key(prompt: Prompt) -> str:
+    # C-level maps, no Python loop over the segments: a long conversation costs its length in C only.
+    segs = prompt.segments
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{prompt.provider}\x00{prompt.model}\x00{prompt.auto_cache}".encode())
-    for seg in prompt.segments:
-        if seg.message_index is None:
-            h.update(seg.digest.encode())
-        h.update(b"1" if seg.cache_control is not None else b"0")
+    top = compress(segs, map(is_, map(_MESSAGE_INDEX, segs), repeat(None)))
+    h.update("\x00".join(map(_DIGEST, top)).encode())
+    h.update(b"\x01")
+    # The breakpoint layout: one byte per segment, 1 where a cache_control sits.
+    h.update(bytes(map(is_not, map(_CACHE_CONTROL, segs), repeat(None))))
     return h.hexdigest()
+
+
+_MESSAGE_INDEX = attrgetter("message_index")
+_DIGEST = attrgetter("digest")
+_CACHE_CONTROL = attrgetter("cache_control")
 
 
 class LiveRules:
