@@ -84,7 +84,7 @@ def _volatile(pieces: list[Piece], after: list[int]) -> Iterator[Hit]:
 
 def _literals(text: str, pieces: list[Piece]) -> Iterator[Hit]:
     for piece in pieces:
-        if not piece.static or not _CLOCK.search(piece.text):  # both patterns have a time of day
+        if not piece.static or piece.borrowed or not _CLOCK.search(piece.text):  # both have a time of day
             continue
         for pattern in (ISO_DATETIME, RFC_DATETIME):
             for m in pattern.finditer(piece.text):

@@ -95,6 +95,9 @@ class PyModule:
     bindings: dict[tuple[int, str], list[Binding]] = field(default_factory=dict)  # (id(scope), name)
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
     modules: set[str] = field(default_factory=set)  # names bound by `import x` / `from x import y`
+    # name -> (module, level, imported name): `from ..p import f as g` gives g -> ("p", 2, "f"),
+    # `import a.b as c` gives c -> ("a.b", 0, None), `import a.b` gives a -> ("a", 0, None).
+    imports: dict[str, tuple[str, int, str | None]] = field(default_factory=dict)
     by_type: dict[type, list[ast.AST]] = field(default_factory=dict)  # the same nodes by class
     _lines: list[bytes] = field(default_factory=list)  # UTF-8 lines, only for a non-ASCII file
     _ascii: bool = True  # byte columns are character columns
@@ -237,7 +240,12 @@ class PyModule:
                     self._bind(node, arg.arg, Binding((arg.lineno, arg.col_offset), "", None, node))
         elif isinstance(node, ast.Import | ast.ImportFrom):
             for alias in node.names:
-                self.modules.add((alias.asname or alias.name).split(".")[0])
+                local = (alias.asname or alias.name).split(".")[0]
+                self.modules.add(local)
+                if isinstance(node, ast.ImportFrom):
+                    self.imports[local] = (node.module or "", node.level, alias.name)
+                else:
+                    self.imports[local] = (alias.name if alias.asname else local, 0, None)
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             self._assignment(node, scope)
         elif isinstance(node, ast.For | ast.AsyncFor | ast.With | ast.AsyncWith | ast.NamedExpr):

@@ -13,17 +13,22 @@ without ``sort_keys`` (CW201, with a fix) and sets or dict views iterated into t
 from __future__ import annotations
 
 import ast
+import os
 import re
 import string
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from .findings import Hit
+from .py_imports import imported_function
 from .py_order import order_hits
 from .py_source import Binding, PyModule, callee
 from .py_values import Values
 from .template_scan import Piece, Scan, field_piece
 
 MAX_DEPTH = 8
+MAX_NESTED_MODULES = 3  # a function of another module calling into a third, and a fourth
+MAX_SUMMARIES = 8192
 _TEXT_FUNCS = frozenset({"dedent", "cleandoc", "str"})
 _TEXT_METHODS = frozenset({"strip", "lstrip", "rstrip"})
 _PERCENT = re.compile(r"%(?:\((?P<key>\w+)\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[diouxXeEfFgGcrsa%]")
@@ -205,7 +210,25 @@ class Timeline:
             finally:
                 self._expanding.discard(id(local))
             return
+        if self._borrow(node):
+            return
         self.value(node)
+
+    def _borrow(self, call: ast.Call) -> bool:
+        """A function of another module of the tree: its text, placed at the call (the offsets of
+        the other file mean nothing here), its volatile values named with where they are made."""
+        pieces = borrowed_text(self.m, call)
+        if not pieces or not any(p.volatile for p in pieces):
+            return False  # nothing volatile in it: the call is judged here, by what it is passed
+        start, end = self.m.span(call)
+        head = _label(self.m.segment(call))
+        for piece in pieces:
+            if piece.static:
+                self.scan.pieces.append(replace(piece, start=start, end=start))
+            else:
+                label = f"{head} → {piece.label}" if piece.volatile else head
+                self.scan.pieces.append(replace(piece, start=start, end=end, label=label))
+        return True
 
     def _text_name(self, node: ast.expr) -> bool:
         """Text we can follow, directly or through a name bound to it."""
@@ -257,6 +280,8 @@ class Timeline:
 
     def value(self, expr: ast.expr, spec: ast.expr | None = None, spec_text: str = "") -> None:
         """One value in the text (``py_values`` says whether it is volatile)."""
+        if isinstance(expr, ast.Call) and spec is None and not spec_text and self._borrow(expr):
+            return  # `f"{environment_block()}..."` with the function in another module
         if spec is not None:
             spec_text = "".join(
                 p.value
@@ -305,3 +330,53 @@ def _dict_items(node: ast.Dict) -> Iterator[tuple[str, ast.expr]]:
     for key, value in zip(node.keys, node.values, strict=True):
         if isinstance(key, ast.Constant) and isinstance(key.value, str):
             yield key.value, value
+
+
+# (file, function) -> the function's text as pieces without offsets; None when it returns no text.
+_SUMMARIES: dict[tuple[str, str], tuple[Piece, ...] | None] = {}
+_SUMMARIZING: list[tuple[str, str]] = []
+
+
+def borrowed_text(module: PyModule, call: ast.Call) -> tuple[Piece, ...] | None:
+    """The text a call into another module's function returns (once per function and process)."""
+    found = imported_function(module, call)
+    if found is None:
+        return None
+    target, func = found
+    key = (target.source.path, func.name)
+    if key in _SUMMARIES:
+        return _SUMMARIES[key]
+    if key in _SUMMARIZING or len(_SUMMARIZING) >= MAX_NESTED_MODULES:
+        return None  # a cycle of imports, or too deep: an opaque call
+    returned = _return_value(func)
+    summary: tuple[Piece, ...] | None = None
+    if returned is not None:
+        _SUMMARIZING.append(key)
+        try:
+            inner = Timeline(target)
+            inner.text(returned)
+        finally:
+            _SUMMARIZING.pop()
+        summary = tuple(_portable(target, p) for p in inner.scan.pieces) or None
+    if len(_SUMMARIES) < MAX_SUMMARIES:
+        _SUMMARIES[key] = summary
+    return summary
+
+
+def _portable(module: PyModule, piece: Piece) -> Piece:
+    """A piece of another file's text, kept without its offsets: static text as text; a volatile
+    value with its kind, frequency and where it is made; any other value as an opaque value (a
+    parameter of the function is whatever the caller passes: not judged here)."""
+    if piece.static:
+        return Piece(
+            True, 0, 0, text=piece.text, include=piece.include, conditional=piece.conditional, borrowed=True
+        )
+    if piece.volatile is None:
+        return Piece(False, 0, 0, label=piece.label, borrowed=True)
+    line = module.source.position(piece.start)[0]
+    where = f"{piece.label} in {os.path.basename(module.source.path)}:{line}"
+    return Piece(False, 0, 0, volatile=piece.volatile, label=where, frequency=piece.frequency, borrowed=True)
+
+
+def _label(segment: str) -> str:
+    return segment.split("\n")[0][:60]

@@ -46,7 +46,7 @@ _CODE = re.compile(r"^CW[1-9]\d\d$")
 _NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _REQUIRED = {"code", "name", "reason", "severity", "message", "rationale", "docs", "examples"}
 _OPTIONAL = {"fix", "status", "since", "providers"}
-_EXAMPLE_KEYS = {"file", "source", "line", "fixed", "model"}
+_EXAMPLE_KEYS = {"file", "source", "line", "fixed", "model", "beside"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,8 @@ class Example:
     line: int | None = None  # the line the finding must start on (fail examples)
     fixed: str | None = None  # the source after all fixes of this rule are applied
     model: str | None = None
+    # Other files of the same tree, by path relative to ``file`` (a module it imports from).
+    beside: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,21 @@ def _examples(raw: object, where: str, kind: str) -> tuple[Example, ...]:
         if fixed is not None and not isinstance(fixed, str):
             raise _fail(here, "'fixed' must be a string")
         model = item.get("model")
-        out.append(Example(_str(item, "file", here), _str(item, "source", here), line, fixed, model))
+        beside = item.get("beside") or {}
+        if not isinstance(beside, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in beside.items()
+        ):
+            raise _fail(here, "'beside' must map file names to their source")
+        out.append(
+            Example(
+                _str(item, "file", here),
+                _str(item, "source", here),
+                line,
+                fixed,
+                model,
+                tuple(beside.items()),
+            )
+        )
     return tuple(out)
 
 

@@ -42,6 +42,7 @@ class Piece:
     conditional: bool = False  # static text whose presence depends on per-request data
     frequency: Frequency = "request"  # how often a volatile value changes
     include: str = ""  # `{% include "name" %}`: static text from another file ("?" when not a literal)
+    borrowed: bool = False  # text of another Python module (a function it defines): no offsets here
 
 
 @dataclass(slots=True)

@@ -273,3 +273,52 @@ def test_a_request_body_written_as_a_dict_is_a_site() -> None:
         + "    return client.messages.create(**kwargs)\n"
     )
     assert [f.code for f in lint_source("a.py", source)] == ["CW102"]
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for name, source in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(source, encoding="utf-8")
+
+
+ASK = (
+    "def ask(client, q):\n"
+    "    return client.messages.create(model='claude-sonnet-4-5', max_tokens=9, system={system},\n"
+    "        messages=[{{'role': 'user', 'content': q}}])\n"
+)
+
+
+def test_calls_into_other_modules_of_the_tree(project: Path, run: Run) -> None:
+    clock = "from datetime import datetime\n" + POLICY + "def build_system():\n"
+    _tree(
+        project,
+        {
+            "src/app/__init__.py": "from .text import tail_clock\n",  # a re-export
+            "src/app/prompts.py": clock + "    return f'Time {datetime.now():%H:%M}. ' + POLICY\n",
+            "src/app/text.py": "import time\ndef tail_clock():\n    return f'(at {time.time()})'\n",
+            "src/app/loop_a.py": "from .loop_b import b\ndef a():\n    return b()\n",
+            "src/app/loop_b.py": "from .loop_a import a\ndef b():\n    return a()\n",
+            "src/app/agents/relative.py": "from ..prompts import build_system\n"
+            + ASK.format(system="build_system()"),
+            "src/app/agents/absolute.py": "from app import prompts\n"
+            + ASK.format(system="prompts.build_system()"),
+            "src/app/agents/reexport.py": "from app import tail_clock\n"
+            + POLICY
+            + ASK.format(system="tail_clock() + POLICY"),
+            # At the very end of the prompt, a cycle of imports, a module that is not in the tree.
+            "src/app/agents/clean.py": "from app import tail_clock\nfrom ..loop_a import a\n"
+            + "from openai import x\n"
+            + POLICY
+            + ASK.format(system="POLICY + a() + x() + tail_clock()"),
+        },
+    )
+    _code, out, _ = run("--format", "json", "src")
+    found = {(f["path"], f["line"], f["code"]): f["message"] for f in as_json(out)["findings"]}
+    assert sorted(found) == [
+        ("src/app/agents/absolute.py", 3, "CW101"),
+        ("src/app/agents/reexport.py", 7, "CW101"),
+        ("src/app/agents/relative.py", 3, "CW101"),
+    ]
+    message = found[("src/app/agents/relative.py", 3, "CW101")]
+    assert message.startswith("`build_system() → datetime.now() in prompts.py:7` changes every minute")
+    assert "time.time() in text.py:3" in found[("src/app/agents/reexport.py", 7, "CW101")]

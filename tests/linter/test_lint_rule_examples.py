@@ -3,6 +3,8 @@ code (on the marked line), pass examples do not, and `fixed` examples show the f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cachewarden.linter.context import Settings
 from cachewarden.linter.engine import Options, lint_source
@@ -18,14 +20,20 @@ CASES = [
 ]
 
 
-def _lint(rule: Rule, example: Example) -> list[str]:
+def _lint(rule: Rule, example: Example, folder: Path) -> list[str]:
     options = Options(settings=Settings(model=example.model), lenient=True)
-    return [f"{f.code}:{f.line}" for f in lint_source(example.file, example.source, options)]
+    path = example.file
+    if example.beside:  # a module that imports from others: the files are written out and read
+        path = str(folder / example.file)
+        for name, source in (*example.beside, (example.file, example.source)):
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(source, encoding="utf-8")
+    return [f"{f.code}:{f.line}" for f in lint_source(path, example.source, options)]
 
 
 @pytest.mark.parametrize(("rule", "example", "kind"), CASES)
-def test_rule_example(rule: Rule, example: Example, kind: str) -> None:
-    found = [c for c in _lint(rule, example) if c.split(":")[0] == rule.code]
+def test_rule_example(rule: Rule, example: Example, kind: str, tmp_path: Path) -> None:
+    found = [c for c in _lint(rule, example, tmp_path) if c.split(":")[0] == rule.code]
     if kind == "pass":
         assert found == [], f"{rule.code} must not fire on:\n{example.source}"
         return
