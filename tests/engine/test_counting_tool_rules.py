@@ -56,6 +56,10 @@ CASES = {
     + PYDANTIC
     + "models/cassettes/test_multimodal_tool_returns/"
     + "test_model_sees_multiple_images[openai_responses].yaml#0",
+    # ... but with a description it costs its text (gpt-5, a call and its result after it)
+    "gpt-5-described-no-parameters": PYDANTIC
+    + "cassettes/test_tool_availability_portability/"
+    + "test_tool_availability_portability_matrix[R1-T6-local-search].yaml#0",
     # gpt-5 Responses: the section alone, and joined to a developer message
     "gpt-5-responses-alone": "responses:"
     + PYDANTIC
@@ -111,6 +115,7 @@ def test_correction_by_first_parameter_and_dialect() -> None:
     assert tool_correction(described) == 0
     assert tool_correction(empty) == 0 and tool_correction({"name": "f"}) == 0
     assert tool_correction(empty, "harmony") == tool_correction({"name": "f"}, "harmony") == -1
+    assert tool_correction({**empty, "description": "Ping."}, "harmony") == 0
 
 
 def test_parameters_description_is_a_comment_before_the_brace() -> None:
