@@ -155,6 +155,7 @@ FRAMING: dict[tuple[str, str], Framing] = {
         per_tool_result=5,
         forced_call=None,
         tools_alone=4,
+        schema_alone=None,  # a text.format section never joins a message in Responses (as for 4o)
         tool_dialect="harmony",
     ),
     ("openai-responses", "o3"): replace(_RESPONSES, reply=2),
