@@ -397,3 +397,44 @@ def test_write_behind_reads_its_own_writes_and_reports_failures(own_redis: Any) 
     own_redis.start()
     index.insert("s", [7, 8, 9], now=6)
     assert index.lookup("s", [7, 8, 9], now=7, ttl=0).held_prefix_tokens == 3
+
+
+def test_blocks_left_out_of_a_write_are_sent_again_when_redis_lost_them(
+    redis_url: str, redis_server: Any
+) -> None:
+    # A write leaves out the bytes of the full blocks the index knows are stored; Redis flushed
+    # (or expired, or swept) meanwhile: the script says which ones it lacks and they go again.
+    index = _index(redis_server, block_size=4, write_behind=True)
+    other = _index(redis_server, block_size=4)
+    toks = list(range(1, 23))
+    index.insert("s", toks, now=0)
+    index.flush()
+    with redis_server.client() as c:
+        c.flushall()
+    eid = index.insert("s", [*toks, 99], now=1)
+    index.flush()
+    # Exact inside a full block too (that needs the block's own member, not only its digest).
+    assert _t(other.lookup("s", [*toks[:10], 7, 7, 7], now=2, ttl=0)) == (10, 10, eid, 23, 1.0)
+    assert _t(other.lookup("s", [*toks, 99, 5], now=2, ttl=0)) == (23, 23, eid, 23, 1.0)
+
+
+def test_both_lookups_of_an_analysis_share_a_round_trip(redis_url: str, redis_server: Any) -> None:
+    # Two indexes (other secrets, as the engine's scoped and wide ones) answer lookup_many as they
+    # answer lookup; with writes behind, each still reads its own writes.
+    from cachewarden.proxy.engine.index.base import Lookup, lookup_many
+
+    for behind in (False, True):
+        with redis_server.client() as c:
+            c.flushall()
+        a = _index(redis_server, block_size=4, secret=b"a", write_behind=behind)
+        b = _index(redis_server, block_size=4, secret=b"b", write_behind=behind)
+        toks = list(range(1, 40))
+        ea = a.insert("x", toks, now=0)
+        eb = b.insert("y", toks[:21], now=0)
+        queries = [Lookup(a, "x", [*toks[:30], 0], 10), Lookup(b, "y", toks, 0), Lookup(a, "none", toks, 0)]
+        got = [_t(m) for m in lookup_many(queries, now=1)]
+        assert got == [(30, 30, ea, 39, 1.0), (21, 21, eb, 21, 1.0), NO_MATCH]
+        assert got == [_t(q.index.lookup(q.scope, q.tokens, now=1, ttl=q.ttl)) for q in queries]
+        local = [ResilientIndex(a, MemoryIndex(block_size=4)), ResilientIndex(b, MemoryIndex(block_size=4))]
+        shared = [Lookup(local[0], "x", [*toks[:30], 0], 10), Lookup(local[1], "y", toks, 0)]
+        assert [_t(m) for m in lookup_many(shared, now=1)] == got[:2]

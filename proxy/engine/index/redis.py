@@ -75,6 +75,7 @@ _CHUNK = 512  # blocks per script call: each stays well under a 50 ms client tim
 _BLOCK_CACHE = 4096
 _STORED = 1 << 16  # chain digests of full blocks known to be in Redis (~150 bytes each)
 _TOKEN_MEMO = 1 << 18  # token -> its 4 bytes (a vocabulary is ~200k tokens)
+_GIVEN_MASK, _LEFT_MASK = ord("g"), ord("-")  # a WRITE's block sent with its bytes, or without
 _ESCAPE = -(2**63)  # int64 token values are 8 bytes; this one introduces a longer encoding
 
 
@@ -252,8 +253,12 @@ class RedisIndex:
     def _groups(self, node: bytes, block: Sequence[int], data: bytes, offsets: Sequence[int]) -> bytes:
         """The member bytes of ``block`` (encoded as ``data``) under ``node`` (4 a token, high bit
         set on the first)."""
-        get, miss = self._memo.get, self._token
-        raw = b"".join([get(t) or miss(t, data[offsets[i] : offsets[i + 1]]) for i, t in enumerate(block)])
+        parts = list(map(self._memo.get, block))  # in C: most tokens are known
+        if None in parts:
+            for i, got in enumerate(parts):
+                if got is None:
+                    parts[i] = self._token(block[i], data[offsets[i] : offsets[i + 1]])
+        raw = b"".join(parts)  # type: ignore[arg-type]
         size = len(raw)
         stream = hashlib.shake_256(self._stream_key + node).digest(size)
         mask = self._masks.get(size)
@@ -451,7 +456,8 @@ class RedisIndex:
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
             given = members[max(ks.start, ks.stop - _GIVEN) : ks.stop]
-            call = Call(LOOKUP, keys, [t, self._scan, len(given), *(digests[k] for k in ks), *given])
+            blob = b"".join([digests[k] for k in ks if k < full])
+            call = Call(LOOKUP, keys, [t, self._scan, len(given), blob, *given])
             held, value, stop, dead, dead_live, need_stop, need_dead = (yield [call])[0]
             if held:
                 self._known(digests[s : s + held])
@@ -531,8 +537,10 @@ class RedisIndex:
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
-            args = [x for k in ks for x in (sent[k], digests[k])]
-            calls.append(Call(WRITE, keys, [*head, *args], members[ks.start : ks.stop]))
+            blob = b"".join([digests[k] for k in ks if k < full])
+            mask = bytes([_GIVEN_MASK if sent[k] else _LEFT_MASK for k in ks])
+            args = [*head, blob, mask, *(sent[k] for k in ks if sent[k])]
+            calls.append(Call(WRITE, keys, args, members[ks.start : ks.stop]))
         self._send(calls)
         return eid
 
@@ -595,13 +603,16 @@ class RedisIndex:
         for call, answer in zip(calls, answers, strict=True):
             if call.script is not WRITE or call.groups is None:
                 continue
-            head, pairs = call.args[:5], call.args[5:]
+            head, blob = call.args[:5], call.args[5]
+            assert isinstance(blob, bytes)
+            digests = [blob[i : i + _FIELD] for i in range(0, len(blob), _FIELD)]
             missing = sorted(int(i) - 1 for i in answer or ())
             if missing:
-                args = [x for i in missing for x in (call.groups[i], pairs[2 * i + 1])]
-                again.append(Call(WRITE, [call.keys[i] for i in missing], [*head, *args], call.groups))
+                groups = [call.groups[i] for i in missing]
+                args = [*head, b"".join([digests[i] for i in missing]), b"g" * len(missing), *groups]
+                again.append(Call(WRITE, [call.keys[i] for i in missing], args, groups))
             lost = set(missing)
-            known.extend(d for i, d in enumerate(pairs[1::2]) if i not in lost and isinstance(d, bytes) and d)
+            known.extend(d for i, d in enumerate(digests) if i not in lost)
         if known:
             self._known(known)
         if again:  # every block's bytes are in these: they miss nothing

@@ -130,8 +130,9 @@ end
 """
 
 # KEYS: the nodes of the query's blocks, in order. ARGV: live threshold, how many members to look
-# at on each side, m, the chain digest (8 bytes) of each full block ("" for a partial one), then
-# the member bytes of the last m blocks. Finds the full blocks held, then looks around the query
+# at on each side, m, the chain digests (8 bytes each) of the full blocks concatenated (the full
+# blocks come first; a last key beyond them is the partial block), then the member bytes of the
+# last m blocks. Finds the full blocks held, then looks around the query
 # inside the block where they end (and inside the first held block no longer live), when it was
 # given that block's bytes. Held blocks are a prefix of the query's (every write stores a prompt's
 # whole path) and their last writes only get older along it (a write stores one time on its whole
@@ -145,10 +146,10 @@ LOOKUP_SOURCE = (
     _COMMON
     + _AROUND
     + r"""
-local t, cap, given = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local n = #KEYS
+local t, cap, given, digests = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local n, full = #KEYS, #ARGV[4] / 8
 local function member(k)
-  if k > n - given then return ARGV[3 + n + k - (n - given)] end
+  if k > n - given then return ARGV[4 + k - (n - given)] end
   return nil
 end
 local values = {}
@@ -157,9 +158,8 @@ local function value(k)
   local v = values[k]
   if v == nil then
     v = false
-    local d = ARGV[3 + k]
-    if d ~= '' then
-      local from, to = digest_key(d)
+    if k <= full then
+      local from, to = digest_key(string.sub(digests, 8 * k - 7, 8 * k))
       local got = redis.call('ZRANGEBYLEX', KEYS[k], from, to, 'LIMIT', 0, 1)[1]
       if got then v = string.sub(got, 11) end
     end
@@ -212,12 +212,14 @@ return around(KEYS[1], ARGV[3], tonumber(ARGV[1]), tonumber(ARGV[2]))
 """
 )
 
-# KEYS: nodes. ARGV: value, now, expiry ms, retention s, sweep threshold, then per key the member
-# groups and the block's 8-byte chain digest ("" for a partial block). A full block is its digest
-# member (with the value) and its groups member (with '#' and the digest in hex); the caller may
-# leave out the groups of a full block it knows is stored (it wrote or walked it): while the digest
-# member is there, so is the groups member. Returns the 1-based indexes of the full blocks whose
-# groups were left out and are not stored (the caller writes those again, with their groups).
+# KEYS: nodes. ARGV: value, now, expiry ms, retention s, sweep threshold, the 8-byte chain digests
+# of the full blocks concatenated (they come first; a last key beyond them is the partial block),
+# one byte a key ('g': its member groups follow, '-': left out), then the groups given, in order.
+# A full block is its digest member (with the value) and its groups member (with '#' and the
+# digest in hex); the caller may leave out the groups of a full block it knows is stored (it
+# wrote or walked it): while the digest member is there, so is the groups member. Returns the
+# 1-based indexes of the full blocks whose groups were left out and are not stored (the caller
+# writes those again, with their groups).
 # A value is replaced only by a write at least as recent (skewed replica clocks cannot age a
 # prefix). Key expiry is garbage collection: set to the retention, never shortened. A node that
 # keeps getting new children (a shared system prompt) is swept of children older than the
@@ -268,9 +270,15 @@ local function sweep(key)
   if mark then redis.call('ZREM', key, mark) end
   redis.call('ZADD', key, 0, '\0~' .. (size - #dead))
 end
-local missing = {}
+local missing, digests, mask, at = {}, ARGV[6], ARGV[7], 7
+local full = #digests / 8
 for k, key in ipairs(KEYS) do
-  local g, d = ARGV[4 + 2 * k], ARGV[5 + 2 * k]
+  local g, d = '', ''
+  if string.byte(mask, k) == 103 then  -- 'g'
+    at = at + 1
+    g = ARGV[at]
+  end
+  if k <= full then d = string.sub(digests, 8 * k - 7, 8 * k) end
   local fresh = false
   if d ~= '' then
     local from, to = digest_key(d)

