@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from . import context as limits
 from .context import Context
 from .findings import Edit, Hit
 from .frequency import message_args, severity
@@ -17,6 +18,7 @@ from .literals import find_literal
 from .tree import Node
 
 _VOLATILE_CODE = {"timestamp": "CW101", "unique-id": "CW102"}
+_NOT_TEXT = frozenset({"system", "developer", "text", "ephemeral"})  # role, block type, cache_control
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_MAPS = ("$defs", "definitions", "patternProperties")
 
@@ -93,8 +95,12 @@ def check_body(ctx: Context, root: Node, source_text: str, fixable: bool) -> Ite
     prefix = [(f"tools[{i}]", t) for i, t in enumerate(tools)]
     if root.kind == "object":
         prefix += _system_nodes(root, ctx.provider)
-    for _, node in prefix:
-        yield from _volatile_literals(node, source_text)
+    # A value at the very end of the instructions, with only the new user message after it (a
+    # single-turn request), busts nothing: no cached text follows it.
+    single_turn = root.kind == "object" and _turns(root, ctx.provider) == 1
+    for i, (_, node) in enumerate(prefix):
+        tail = ctx if single_turn and i == len(prefix) - 1 else None
+        yield from _volatile_literals(node, source_text, tail)
     for tool in tools:
         for schema in (
             tool.get("input_schema"),
@@ -128,11 +134,29 @@ def _locate(node: Node, value: str, source_text: str) -> tuple[int, int]:
     return (at, at + len(value)) if at >= 0 else (node.start, node.end)
 
 
-def _volatile_literals(node: Node, source_text: str) -> Iterator[Hit]:
-    for string in _strings(node):
+def _turns(root: Node, provider: str) -> int | None:
+    """Messages after the leading system ones (None: no conversation in this file)."""
+    messages = root.get("messages") or root.get("input")
+    if messages is None:
+        return None
+    if messages.kind != "array":
+        return 1  # Responses `input` as one string
+    leading = sum(1 for label, _ in _system_nodes(root, provider) if label.startswith("messages"))
+    return len(messages.items) - leading
+
+
+def _volatile_literals(node: Node, source_text: str, tail: Context | None = None) -> Iterator[Hit]:
+    """Clock and id literals; with ``tail`` (the node ends the cached prefix) one followed by less
+    than a few tokens of its own string is at the very end, and not reported."""
+    strings = list(_strings(node))
+    for i, string in enumerate(strings):
         found = find_literal(string.value)
         if found is None or found.kind not in _VOLATILE_CODE:
             continue
+        if tail is not None:
+            later = "".join(s.value for s in strings[i + 1 :] if s.value not in _NOT_TEXT)
+            if tail.tokens(string.value[found.end :] + later) < limits.VOLATILE_TAIL_TOKENS:
+                continue
         literal = string.value[found.start : found.end]
         start, end = _locate(string, literal, source_text)
         args = {"value": literal, **message_args(found.frequency, "all following")}

@@ -22,6 +22,7 @@ _CLOCK = re.compile(r"\d:\d\d")
 _HISTORY_WORDS = frozenset(
     {"message", "messages", "msg", "history", "turn", "conversation", "calls", "results"}
 )
+_TOOL_FIELDS = frozenset({"name", "description", "parameters", "function", "input_schema", "schema"})
 _MAPPING_ORDER = {"what": "mapping", "order": "insertion order", "remedy": "`|dictsort`"}
 _ROLE_LINE = re.compile(
     r"^[ \t]*(?:#+[ \t]*)?<?\|?(system|developer|user|assistant|human|ai)\|?>?[ \t]*:?[ \t]*$", re.I | re.M
@@ -128,11 +129,32 @@ def _loop(loop: Loop, literal_mappings: set[str]) -> Iterator[Hit]:
     tools = dotted(it)
     parts = [w for part in (tools or "").split(".") for w in words(part)]
     # `agent.tools`, `functions`; not `message.tool_calls` (the history's calls, in the order made).
-    if tools and parts[-1] in ("tools", "functions") and not set(parts) & _HISTORY_WORDS:
+    if (
+        tools
+        and parts[-1] in ("tools", "functions")
+        and not set(parts) & _HISTORY_WORDS
+        and (parts[-1] == "tools" or _reads_tool_fields(loop.node))
+    ):
         edits = (
             (Edit(start, end, f"{loop.iter_text}|sort(attribute='name')"),) if loop.iter_start >= 0 else ()
         )
         yield Hit("CW203", start, end, {"value": tools}, edits)
+
+
+def _reads_tool_fields(loop: nodes.For) -> bool:
+    """`functions` are tools when the loop reads a tool's fields (`f.name`, `f["parameters"]`); a
+    loop that prints each item as it is (`{{ func }}`: source code to document) is not over tools."""
+    target = loop.target.name if isinstance(loop.target, nodes.Name) else None
+    for node in loop.find_all((nodes.Getattr, nodes.Getitem)):
+        if isinstance(node, nodes.Getattr):
+            base, key = node.node, node.attr
+        elif isinstance(node, nodes.Getitem):
+            base, key = node.node, getattr(node.arg, "value", None)
+        else:
+            continue
+        if isinstance(base, nodes.Name) and base.name == target and key in _TOOL_FIELDS:
+            return True
+    return target is None
 
 
 def _structure(

@@ -75,7 +75,14 @@ def _promptish(text: str) -> bool:
     return any(word in low and pattern.search(low) for word, pattern in _GUARDED)
 
 
-_FENCE = re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.M | re.S)
+# A fence may be indented (inside a list item): the closing fence then is too.
+_CODE_SUFFIXES = frozenset(
+    {".py", ".sh", ".bash", ".ps1", ".yaml", ".yml", ".json", ".toml", ".ini", ".cfg", ".conf", ".env"}
+    | {".html", ".htm", ".xml", ".css", ".js", ".ts", ".sql", ".tf", ".rst", ".go", ".rs", ".java", ".cs"}
+    | {".dockerfile", ".service", ".properties", ".csv", ".ipynb"}
+)
+_CODE_FILES = frozenset({"dockerfile", "containerfile", "makefile", "justfile", "gemfile", "procfile"})
+_FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n.*?^[ \t]*\1[ \t]*$", re.M | re.S)
 _SPAN = re.compile(r"`[^`\n]+`")
 _PROMPT_STEM_WORDS = frozenset({"prompt", "prompts", "system", "instructions", "preamble", "persona"})
 _PROMPT_FOLDER_WORDS = frozenset(
@@ -141,10 +148,20 @@ def _prompt_file(path: str, text: str) -> bool:
     return any(set(words(folder)) & _PROMPT_FOLDER_WORDS for folder in folders)
 
 
+def _renders_code(path: str) -> bool:
+    """``Dockerfile.j2``, ``setup.py.jinja2``, ``workflow.yml.j2``: a template that renders a file of
+    another kind (code, configuration), not a prompt."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    inner = os.path.splitext(stem)[1].lower()
+    return inner in _CODE_SUFFIXES or stem.lower() in _CODE_FILES
+
+
 def lint_template(ctx: Context) -> Iterator[Hit]:
     source = ctx.source
     text = source.text
     suffix = os.path.splitext(source.path)[1].lower()
+    if _renders_code(source.path):
+        return
     if suffix == ".md":
         text = _fences_as_text(text)
     if suffix in (".md", ".txt") and not _prompt_file(source.path, text):
