@@ -272,6 +272,8 @@ local function sweep(key)
 end
 local missing, digests, mask, at = {}, ARGV[6], ARGV[7], 7
 local full = #digests / 8
+-- PEXPIRE … GT (Redis 7) extends an expiry in one call; a key this script made has one.
+local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 for k, key in ipairs(KEYS) do
   local g, d = '', ''
   if string.byte(mask, k) == 103 then  -- 'g'
@@ -279,10 +281,10 @@ for k, key in ipairs(KEYS) do
     g = ARGV[at]
   end
   if k <= full then d = string.sub(digests, 8 * k - 7, 8 * k) end
-  local fresh = false
+  local fresh, old = false, nil
   if d ~= '' then
     local from, to = digest_key(d)
-    local old = redis.call('ZRANGEBYLEX', key, from, to, 'LIMIT', 0, 1)[1]
+    old = redis.call('ZRANGEBYLEX', key, from, to, 'LIMIT', 0, 1)[1]
     if g ~= '' then
       -- Groups first: a digest member never stands without its block's.
       redis.call('ZADD', key, 0, g .. '\0#' .. hex(d))
@@ -293,12 +295,16 @@ for k, key in ipairs(KEYS) do
       missing[#missing + 1] = k
     end
   else
-    local old = redis.call('ZRANGEBYLEX', key, '[' .. g .. '\0', '(' .. g .. '\1', 'LIMIT', 0, 1)[1]
+    old = redis.call('ZRANGEBYLEX', key, '[' .. g .. '\0', '(' .. g .. '\1', 'LIMIT', 0, 1)[1]
     fresh = upsert(key, g, old)
   end
   if fresh and limit > 0 then sweep(key) end
-  local pttl = redis.call('PTTL', key)
-  if pttl >= -1 and pttl < px then redis.call('PEXPIRE', key, px) end
+  if old and gt then
+    redis.call('PEXPIRE', key, px, 'GT')
+  else
+    local pttl = redis.call('PTTL', key)
+    if pttl >= -1 and pttl < px then redis.call('PEXPIRE', key, px) end
+  end
 end
 return missing
 """
