@@ -146,6 +146,7 @@ def _reads_tool_fields(loop: nodes.For) -> bool:
     loop that prints each item as it is (`{{ func }}`: source code to document) is not over tools."""
     target = loop.target.name if isinstance(loop.target, nodes.Name) else None
     for node in loop.find_all((nodes.Getattr, nodes.Getitem)):
+        key: object
         if isinstance(node, nodes.Getattr):
             base, key = node.node, node.attr
         elif isinstance(node, nodes.Getitem):
