@@ -43,6 +43,7 @@ themselves are in redis_scripts.py.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -225,7 +226,7 @@ class RedisIndex:
         self._writes: WriteBehind | None = None
         if write_behind and self._pipelined:
             prelude = [("SCRIPT", "LOAD", script.source) for script in _SCRIPTS]
-            self._chan = Channel(client.connection_pool, self._on_reply, prelude)
+            self._chan = Channel.shared(self._server, client.connection_pool, prelude)
         elif write_behind:
             self._writes = WriteBehind(self._write)
         # With a thread sending the writes, a read first sends what is queued and waits for what
@@ -580,14 +581,16 @@ class RedisIndex:
 
     def _send(self, calls: list[Call]) -> None:
         if self._chan is not None:
-            self._chan.post([_command(c) for c in calls], calls)
+            self._chan.post(
+                [_command(c) for c in calls], [functools.partial(self._on_reply, c) for c in calls]
+            )
         elif self._writes is not None:
             self._writes.submit(calls)
         else:
             self._write(calls)
 
     def _on_reply(self, call: Call, reply: Any) -> None:
-        """The reply of a write sent on the channel, read by a later call."""
+        """The reply of a write sent on the channel, read by a later call (of any of its users)."""
         self._written([call], [reply])
 
     def _write(self, calls: list[Call]) -> list[Any]:
@@ -697,5 +700,6 @@ class RedisIndex:
     def close(self) -> None:
         """Closes the client's connections (the index is unusable afterwards)."""
         if self._chan is not None:
-            self._chan.close()
+            self._chan.release()
+            self._chan = None
         self._r.close()

@@ -12,6 +12,7 @@ the next call of that index raises it, where ``ResilientIndex`` counts the outag
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -86,25 +87,23 @@ class _Ticket:
 
 
 class Channel:
-    """A connection of one index's own, to a single Redis: commands go out at once and in order;
-    their replies are read, in the same order, when a caller needs one.
+    """A connection of the indexes on one Redis (``shared``): commands go out at once and in
+    order; their replies are read, in the same order, when a caller needs one.
 
     A write (``post``) is sent and not waited for: Redis runs it while the analysis goes on, with
-    no thread to wake and no lock to wait on; its reply goes to ``on_reply`` when a later read of
-    the channel comes to it. A read (``ask``) goes out behind every write sent before it on the
-    same connection, so Redis runs it after them: the index reads its own writes without waiting
-    for them. ``ask`` returns a ticket for ``wait``: asks sent on several channels before any
-    wait cost one round trip together. ``prelude`` (``SCRIPT LOAD`` of the scripts) goes first on
-    every new connection, and again after a reply says a script is missing (``SCRIPT FLUSH``). An
-    error in a write's reply is raised by the next call, as ``WriteBehind`` does; a broken
+    no thread to wake and no lock to wait on; its reply goes to the write's handler (its tag, a
+    callable) when a later read of the channel comes to it. A read (``ask``) goes out behind every
+    write sent before it on the same connection, so Redis runs it after them: an index reads its
+    own writes without waiting for them. ``ask`` returns a ticket for ``wait``: asks sent before
+    any wait cost one round trip together. ``prelude`` (``SCRIPT LOAD`` of the scripts) goes first
+    on every new connection, and again after a reply says a script is missing (``SCRIPT FLUSH``).
+    An error in a write's reply is raised by the next call, as ``WriteBehind`` does; a broken
     connection fails what waits on it (its writes due are lost) and is made again.
     """
 
-    def __init__(
-        self, pool: Any, on_reply: Callable[[Any, Any], None], prelude: list[tuple[Any, ...]]
-    ) -> None:
+    def __init__(self, pool: Any, prelude: list[tuple[Any, ...]]) -> None:
         self._pool = pool
-        self._on_reply = on_reply
+        self._users = 0
         self._prelude = prelude
         # Re-entrant: a reply's handler may post again (a write resent with its blocks' bytes).
         self._lock = threading.RLock()
@@ -142,6 +141,25 @@ class Channel:
             while self._queue:
                 self._read_one()
             self._raise_pending_error()
+
+    @classmethod
+    def shared(cls, key: object, pool: Any, prelude: list[tuple[Any, ...]]) -> Channel:
+        """The channel of every index of this process on one server (``key``): the engine's two
+        indexes then send their lookups in one packet and read both replies in one go, and each
+        reads the other's writes too. Made from the first caller's pool."""
+        with _SHARED_LOCK:
+            chan = _SHARED.get(key)
+            if chan is None:
+                chan = _SHARED[key] = cls(pool, prelude)
+            chan._users += 1
+            return chan
+
+    def release(self) -> None:
+        """One user fewer; the last one closes the connection."""
+        with self._lock:
+            self._users -= 1
+            if self._users <= 0:
+                self.close()
 
     def close(self) -> None:
         with self._lock:
@@ -209,7 +227,12 @@ class Channel:
             if tag is not None and self._error is None:
                 self._error = reply
         elif tag is not None:
-            self._on_reply(tag, reply)
+            tag(reply)
+
+
+# Weak: a channel lives as long as an index uses it.
+_SHARED: weakref.WeakValueDictionary[object, Channel] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
 
 
 def _pack(args: tuple[Any, ...]) -> bytes:
