@@ -17,6 +17,7 @@ import pytest
 from cachewarden.proxy.engine.adapters import parse_request
 from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.models import load_model_table
+from cachewarden.proxy.engine.prompt import Prompt, Segment
 from cachewarden.proxy.engine.rendering import render_function, tool_correction
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "recorded" / "interactions.jsonl"
@@ -132,3 +133,21 @@ def test_parameters_description_is_a_comment_before_the_brace() -> None:
     assert render_function(fn) == (
         "// Load a thing.\ntype load = (_: // Typed arguments.\n{\nid: string,\n}) => any;"
     )
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-5-mini"])
+def test_responses_text_format_never_joins_a_message(model: str) -> None:
+    # Responses (4o training records: 35 text.format requests at one residual) adds the section and
+    # schema_once whether or not there is a developer message; gpt-5 keeps that rule (it inherited
+    # Chat Completions' "joins the system message" before, 3 over on gpt-5.4-mini's held-out dev).
+    spec = {"type": "json_schema", "name": "r", "schema": {"type": "object", "properties": {}}}
+    schema = Segment("text.format", "schema", json.dumps(spec))
+    user = Segment("input[1]", "message", "Hi", "user", 1)
+    developer = Segment("input[0]", "system", "Be brief.", "developer", 0)
+    counter = PromptCounter(load_model_table())
+
+    def added(*segs: Segment) -> int:
+        with_schema = counter.tokenize(Prompt("openai-responses", model, (schema, *segs))).count
+        return with_schema - counter.tokenize(Prompt("openai-responses", model, segs)).count
+
+    assert added(user) == added(developer, user)
