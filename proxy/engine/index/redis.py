@@ -170,6 +170,7 @@ class _Prepared:
     root: bytes
     chain: list[bytes]  # H0 … H(full blocks)
     members: list[bytes]  # one a block, the partial last one included
+    nodes: list[bytes]  # the key of the node of each block (its parent's children)
 
 
 class RedisIndex:
@@ -297,7 +298,9 @@ class RedisIndex:
             with self._blocks_lock:
                 cache.update(fresh)
                 _trim(cache, _BLOCK_CACHE)
-        prepared = _Prepared(scope, key, root, chain, members)
+        tag = b"%s:{%s}:n:" % (self._ns, root.hex().encode())
+        nodes = [tag + chain[k] for k in range(len(members))]
+        prepared = _Prepared(scope, key, root, chain, members, nodes)
         self._last.value = prepared
         return prepared
 
@@ -443,7 +446,7 @@ class RedisIndex:
         if not n:
             return NO_MATCH
         prep = self._prepare(scope, toks)
-        root, nodes, members = prep.root, prep.chain, prep.members
+        nodes, members = prep.chain, prep.members
         t = repr(max(_threshold(now, ttl), -1e300))  # Lua's tonumber cannot read "-inf"
         full = n // bs
         # Full blocks are found by their chain digest; the bytes of a block are needed only where
@@ -455,7 +458,7 @@ class RedisIndex:
         live: int | None = None  # tokens of the live prefix, once known
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
-            keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
+            keys = prep.nodes[ks.start : ks.stop]
             given = members[max(ks.start, ks.stop - _GIVEN) : ks.stop]
             blob = b"".join([digests[k] for k in ks if k < full])
             call = Call(LOOKUP, keys, [t, self._scan, len(given), blob, *given])
@@ -467,14 +470,10 @@ class RedisIndex:
             stop_at = walked
             asks: list[Call] = []
             if need_stop:
-                asks.append(
-                    Call(
-                        AROUND, [self._key_of(root, b"n", nodes[stop_at])], [t, self._scan, members[stop_at]]
-                    )
-                )
+                asks.append(Call(AROUND, [prep.nodes[stop_at]], [t, self._scan, members[stop_at]]))
             if need_dead:
                 k = s + dead - 1
-                asks.append(Call(AROUND, [self._key_of(root, b"n", nodes[k])], [t, self._scan, members[k]]))
+                asks.append(Call(AROUND, [prep.nodes[k]], [t, self._scan, members[k]]))
             if asks:  # a second round trip, only when the walk stopped early in a long prompt
                 answers = yield asks
                 if need_stop:
@@ -524,7 +523,7 @@ class RedisIndex:
         if not math.isfinite(now):
             raise ValueError(f"now must be a finite time (got {now!r})")
         prep = self._prepare(scope, toks)
-        root, nodes, members = prep.root, prep.chain, prep.members
+        nodes, members = prep.chain, prep.members
         px, keep = self._retention_ms(ttl)
         value = b"%s %d %s" % (repr(now).encode(), len(toks), eid.encode())
         head: list[bytes | str | int | float] = [value, repr(now), px, repr(keep), self._sweep]
@@ -537,7 +536,7 @@ class RedisIndex:
         sent = [b"" if d and d in stored else m for m, d in zip(members, digests, strict=True)]
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
-            keys = [self._key_of(root, b"n", nodes[k]) for k in ks]
+            keys = prep.nodes[ks.start : ks.stop]
             blob = b"".join([digests[k] for k in ks if k < full])
             mask = bytes([_GIVEN_MASK if sent[k] else _LEFT_MASK for k in ks])
             args = [*head, blob, mask, *(sent[k] for k in ks if sent[k])]
