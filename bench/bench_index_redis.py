@@ -3,19 +3,20 @@
 Workload as bench/bench_index.py: a 4,000-token prompt sharing 3,600 tokens with 10 earlier turns
 of its conversation, behind 1,000 other conversations under the same 1,203-token system prompt.
 Measured per backend: lookup and insert latency (p50 / p99 over 300 calls) and the engine's
-analysis time per request (an OpenAI chat conversation of ~4,000 tokens, one turn per request;
-each request is one scoped and one wide lookup plus inserts). Backends: ``MemoryIndex``,
-``RedisIndex`` alone (writes waited for, or sent behind by a thread of their own: then "insert"
-is the time to queue it, and a lookup sends what is queued in its own round trip), and what
-``open_index("redis://…")`` returns (Redis with writes behind + local mirror). Also: the records
-one insert writes and Redis' memory per million tokens held (``INFO memory``).
+analysis time per request (an OpenAI chat conversation of ~6,000 tokens, one turn per request,
+the backends taking turns conversation by conversation; each request is one scoped and one wide
+lookup, in one round trip, plus inserts). Backends: ``MemoryIndex``, ``RedisIndex`` alone
+(writes waited for, or sent behind: then "insert" is the time to send it without waiting for
+its reply, and a lookup follows it on the same connection), and what ``open_index("redis://…")``
+returns (Redis with writes behind + local mirror). Also: the records one insert writes and
+Redis' memory per million tokens held (``INFO memory``).
 
 Redis runs locally (a private redis-server on a free port, no persistence), so the figures are
-its CPU cost plus a loopback round trip; add the network's round trips in production (a lookup
-is 2 at most, an insert 1 per ~2,000 tokens).
+its CPU cost plus a loopback round trip; add the network's round trips in production (an
+analysis waits for one, two when a lookup stops early in a long prompt).
 
 Run: ``python bench/bench_index_redis.py`` — prints a table; skips (exit 0) without redis-server
-or the redis package. About 40 s on 2 cores.
+or the redis package. About 30 s on 2 cores.
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@ tests/engine/test_index.py), with records per block of ``block_size`` tokens (51
   never share a key.
 * The children of node ``H(k)`` (every block k seen after that prefix, full or the partial last
   block of a prompt) are the members of one sorted set ``{ns}:{root}:n:{H(k)}``: 4 bytes a token,
-  then ``last_seen tokens entry_id`` of the newest insert through that block (redis_scripts.py
-  explains the order that makes the exact token-level LCP inside a block an O(log n) lookup);
-  beside a full block, a member with its 8-byte chain digest and the same value, which the walk
-  over the held blocks reads.
+  then, for a partial block, ``last_seen tokens entry_id`` of the newest insert through it
+  (redis_scripts.py explains the order that makes the exact token-level LCP inside a block an
+  O(log n) lookup). A full block's member ends with its 8-byte chain digest instead, and beside it
+  a small member holds that digest and the value: a lookup finds the held blocks by digest, and a
+  write through a block it knows is stored sends and rewrites 8 bytes and a value, not 2 KiB.
   A token's 4 bytes are a keyed 31-bit pseudo-random function of the token id, XORed with a
   keystream of the node: equal tokens at the same place of the same prefix compare equal, and
   nothing else can be read from them without the index secret (no token id, no prompt text).
@@ -24,9 +25,11 @@ tests/engine/test_index.py), with records per block of ``block_size`` tokens (51
 An entry id may name a request another replica served; the engine keeps prompts in its own history,
 so attribution then degrades to what the index tells (lengths and ages, no diff against the text).
 
-Round trips: a lookup and an insert are one script call each (per 512 blocks); with
-``write_behind`` (what ``open_index`` uses) inserts and marks go out on a thread of their own
-and a lookup carries whatever is still queued (redis_writes.py). Time: correctness
+Round trips: a lookup and an insert are one script call each (per 512 blocks), and the engine's
+two lookups share one (``lookup_many``). With ``write_behind`` (what ``open_index`` uses)
+inserts and marks are sent at once on a connection the indexes of the process on one Redis
+share, their replies read later; a lookup follows them on that connection, so it reads them
+without waiting for them (redis_writes.py; on a Redis Cluster a thread sends them). Time: correctness
 comes from the stored ``last_seen`` compared with the caller's ``now``; Redis key expiry is garbage
 collection only: each write sets the key's expiry to the scope's TTL plus
 ``expired_window_seconds`` (so that a request after the TTL is told ``expired`` rather than
