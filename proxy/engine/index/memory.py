@@ -30,9 +30,10 @@ import math
 import threading
 from array import array
 from bisect import bisect_right
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_, not_
 from typing import cast
 
 from .base import NO_MATCH, IndexStats, Match, PrefixIndex
@@ -56,6 +57,11 @@ def _threshold(now: float, ttl: float) -> float:
 
 
 _PARENT = attrgetter("parent")
+_KIDS = attrgetter("kids")
+_NEWEST = attrgetter("newest")
+_SPLIT = attrgetter("split")
+_KEY = attrgetter("key")
+_LAST_SEEN = attrgetter("last_seen")
 _TOKENS = attrgetter("tokens")
 _ITEMSIZE = attrgetter("itemsize")
 
@@ -161,25 +167,8 @@ class MemoryIndex(_Held):
             path = self._build(scope, root, q, now)
             entry = self._entry_for(path[-1], len(toks), entry_id, now) if path else None
             eid = entry.id if entry else (entry_id if entry_id is not None else self._new_id())
-            # Leaf first, so that each parent lands after its children in the LRU order.
-            move = self._nodes.move_to_end
-            for node in reversed(path):
-                if now >= node.last_seen:
-                    node.last_seen = now
-                    node.entry = entry
-                elif node.entry is None:
-                    node.entry = entry
-                parent = node.parent
-                assert parent is not None and parent.kids is not None  # held nodes have a parent
-                kids = parent.kids
-                if kids.split is None:
-                    # _bump_newest for an unsplit fan (the common case), inline.
-                    newest = kids.newest
-                    if newest is None or node.last_seen >= newest.last_seen:
-                        kids.newest = node
-                else:
-                    _bump_newest(node)
-                move(node.key)
+            if not self._refresh_all(path, now, entry):
+                self._refresh_each(path, now, entry)
             self._trim(now)
             # The full blocks, for the marks of this prompt (checked for evictions when reused), and for
             # the next prompt of the scope to adopt (tuples only: a list may change in between).
@@ -249,6 +238,52 @@ class MemoryIndex(_Held):
             return found
 
     # -- internals ----------------------------------------------------------------------------------
+
+    def _refresh_all(self, path: list[_Node], now: float, entry: _Entry | None) -> bool:
+        """``_refresh_each`` with C-level maps instead of a Python loop, for the usual case: nothing on
+        the path or beside it was seen after ``now`` (time only moves on). A path of a long
+        conversation is thousands of blocks; this way refreshing it costs little more than its new ones.
+        Returns False (nothing changed) when the case does not hold."""
+        if not path:
+            return True
+        fans = list(map(_KIDS, map(_PARENT, path)))
+        newest = max(map(_LAST_SEEN, filter(None, map(_NEWEST, fans))), default=-math.inf)
+        if newest > now or max(map(_LAST_SEEN, path)) > now:
+            return False
+        n = len(path)
+        deque(map(setattr, path, repeat("last_seen", n), repeat(now, n)), maxlen=0)
+        deque(map(setattr, path, repeat("entry", n), repeat(entry, n)), maxlen=0)
+        # An unsplit fan's newest child is the path's node now; a split one keeps one per sub-fan.
+        splits = list(map(_SPLIT, fans))
+        unsplit = list(map(is_, splits, repeat(None, n)))
+        deque(map(setattr, compress(fans, unsplit), repeat("newest"), compress(path, unsplit)), maxlen=0)
+        if not all(unsplit):
+            deque(map(_bump_newest, compress(path, map(not_, unsplit))), maxlen=0)
+        # Leaf first, so that each parent lands after its children in the LRU order.
+        deque(map(self._nodes.move_to_end, map(_KEY, reversed(path))), maxlen=0)
+        return True
+
+    def _refresh_each(self, path: list[_Node], now: float, entry: _Entry | None) -> None:
+        """Refresh a path just inserted: times, the entry that went through it, newest children, LRU."""
+        # Leaf first, so that each parent lands after its children in the LRU order.
+        move = self._nodes.move_to_end
+        for node in reversed(path):
+            if now >= node.last_seen:
+                node.last_seen = now
+                node.entry = entry
+            elif node.entry is None:
+                node.entry = entry
+            parent = node.parent
+            assert parent is not None and parent.kids is not None  # held nodes have a parent
+            kids = parent.kids
+            if kids.split is None:
+                # _bump_newest for an unsplit fan (the common case), inline.
+                newest = kids.newest
+                if newest is None or node.last_seen >= newest.last_seen:
+                    kids.newest = node
+            else:
+                _bump_newest(node)
+            move(node.key)
 
     def _new_id(self) -> str:
         return f"e{next(self._ids)}"
