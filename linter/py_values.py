@@ -178,11 +178,20 @@ class Values:
         kind = classify_name(name)
         if kind is not None:
             frequency = of_name(name) if kind == "timestamp" else "request"
+            if kind == "timestamp" and isinstance(node, ast.Name) and depth < 2:
+                # `current_date = now.strftime("%Y-%m-%d %H:%M")`: the format says more than the name.
+                made = list(self._bound(node, Piece(False, 0, 0), depth))
+                frequency = made[0].frequency if made and made[0].kind == kind else frequency
             yield Candidate(start, end, kind, name, frequency)
             return
         if not isinstance(node, ast.Name) or depth >= 2:
             return
         # `now = datetime.now()` earlier: `now` is a clock value where it is used.
+        for found in self._bound(node, piece, depth):
+            yield Candidate(start, end, found.kind, name, found.frequency)
+
+    def _bound(self, node: ast.Name, piece: Piece, depth: int) -> Iterator[Candidate]:
+        """The clock / id a name is bound to where it is used (at most one), else nothing."""
         chain = self.m.resolve(node)
         if not chain or chain[0].value is None or id(chain[0]) in self._expanding:
             return
@@ -193,7 +202,7 @@ class Values:
                 # The value itself (`datetime.now()`, `now.strftime(...)`, `str(uuid4())`): not what
                 # some other function makes of it (`tz.tzname(now)` is a zone name).
                 if self._direct(value, (found.start, found.end)):
-                    yield Candidate(start, end, found.kind, name, found.frequency)
+                    yield found
                 return
         finally:
             self._expanding.discard(id(chain[0]))

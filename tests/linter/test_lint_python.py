@@ -322,3 +322,21 @@ def test_calls_into_other_modules_of_the_tree(project: Path, run: Run) -> None:
     message = found[("src/app/agents/relative.py", 3, "CW101")]
     assert message.startswith("`build_system() → datetime.now() in prompts.py:7` changes every minute")
     assert "time.time() in text.py:3" in found[("src/app/agents/reexport.py", 7, "CW101")]
+
+
+def test_a_date_named_value_is_graded_by_the_format_it_is_made_with() -> None:
+    source = (
+        "from datetime import datetime, timezone\n"
+        + POLICY
+        + "def judge_system_prompt(task):\n"
+        + "    current_date = datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')\n"
+        + "    today = datetime.now().strftime('%Y-%m-%d')\n"
+        + "    return f'Now {current_date}. ' + POLICY + f' Day {today}. ' + POLICY\n"
+    )
+    found = [
+        (f.code, f.line, f.severity, f.message.split(" and ")[0]) for f in lint_source("judge.py", source)
+    ]
+    assert found == [
+        ("CW101", 9, "error", "`current_date` changes every minute"),
+        ("CW101", 9, "info", "`today` changes every day"),
+    ]
