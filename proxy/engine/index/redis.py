@@ -621,7 +621,7 @@ class RedisIndex:
         if known:
             self._known(known)
         if again:  # every block's bytes are in these: they miss nothing
-            self._write(again)
+            self._send(again)  # behind the rest on the channel, or queued for the thread
 
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
