@@ -53,12 +53,12 @@ class Framing:
 #   (harmony system preamble; training split, first turns) but the Responses API does not.
 # - gpt-5* with tools (harmony; tool_dialect): the section lives in a developer message, so without a
 #   system / developer message it costs 1 in Chat Completions (not a system message's 3 + role: 8
-#   first turns of gpt-5-mini / gpt-5.4-mini, held-out dev) and nothing on top in Responses, where
-#   joined to a message it costs 3 more (the training refusal records, 17 gpt-5-mini first turns).
+#   first turns of gpt-5-mini / gpt-5.4-mini, held-out dev); in Responses it costs 3 alone (17
+#   gpt-5-mini first turns, held-out dev) and 3 joined to a message (the training refusal records).
 #   A call + its result cost 6 beyond names and text (harmony's result header " to=assistant" +
-#   channel: per_tool_result 5; gpt-5-nano training, gpt-5 / 5.2 / 5.4-mini held-out dev, both APIs).
-#   Parallel calls (one assistant turn, several calls) do not fit this: 3-call turns of gpt-5-nano
-#   report 11 less, 2-call turns of gpt-4o 5 more; left as they are.
+#   channel: per_tool_result 5; gpt-5 / 5.2 / 5.4-mini / 5-mini held-out dev, both APIs; gpt-5-nano's
+#   one training call is 1 over). Parallel calls (one assistant turn, several calls) fit no rendering
+#   tried: 3-call turns of gpt-5-nano report 11 less, 2-call turns of gpt-4o 5 to 16 more.
 # - tools (rendering.py; training split of bench/bench_counting.py, cases by record id in
 #   tests/engine/test_openai_tool_counting.py): the section joins the first system / developer
 #   message after a blank line, tokenized with that message's end (tools_in_system), or opens a system

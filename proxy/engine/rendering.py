@@ -116,10 +116,11 @@ def _first_property(fn: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 # Counts that no rendering we know reproduces, measured on recorded usage (cases by record id in
 # tests/engine/test_counting_tool_rules.py). With o200k, a function whose first parameter has
-# neither title nor description costs one token less than its text (every such first turn in the
-# data was one over per such function, in both APIs and every o200k model); with a comment line
-# above the first parameter the text is exact. o200k's pre-tokenizer joins " {\n//" into one piece
-# (cl100k's does not), so the renderer's text must differ just there; with cl100k (gpt-3.5 / gpt-4,
+# neither title nor description costs one token less than its text (the 9 first turns with such
+# functions and nothing else unmodelled were one over per such function: gpt-4o, 4o-mini, 4.1-mini,
+# both APIs; gpt-5-mini's too); with a comment line above the first parameter the text is exact.
+# o200k's pre-tokenizer joins " {\n//" into one piece (cl100k's does not), so the renderer's text
+# must differ just there; with cl100k (gpt-3.5 / gpt-4,
 # hmarr/openai-chat-tokens' API-measured cases) the text is exact either way. In the harmony format
 # (gpt-5*) a function with neither parameters nor description ("type f = () => any;" alone) costs
 # one less too (20 first turns of gpt-5-mini); with a description it is exact (5 turns of gpt-5).
