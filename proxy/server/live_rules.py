@@ -1,9 +1,8 @@
 """The linter's request rules applied to live requests (``findings_total{code, reason}``).
 
 Rules about request files look at tools, system prompts and breakpoints, which an agent repeats
-on every turn. Linting a 400 KB body costs tens of milliseconds, so findings are memoised by the
-digests of the segments that are not conversation messages, plus the breakpoint layout: a new
-turn of a known conversation costs a dictionary lookup.
+on every turn. Linting a 400 KB body costs tens of milliseconds, so findings are memoised by what
+the rules read (``_key``): a new turn of a known conversation costs a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ import hashlib
 import threading
 from collections import OrderedDict
 from itertools import compress, repeat
-from operator import attrgetter, is_, is_not
+from operator import attrgetter, is_not
 
-from cachewarden.proxy.engine.prompt import Prompt
+from cachewarden.proxy.engine.prompt import Prompt, Segment
 
 _MEMO_ENTRIES = 4096
 # Linting a body costs ~60 ms per MiB: larger bodies are not linted live (the findings of their
@@ -23,19 +22,29 @@ MAX_LINT_BYTES = 4 * 2**20
 
 
 def _key(prompt: Prompt) -> str:
-    # C-level maps, no Python loop over the segments: a long conversation costs its length in C only.
+    """What the request rules read: tools, schemas and system text (top-level and leading system /
+    developer messages), whether one turn follows them, and the breakpoints with every segment up
+    to the last one (a breakpoint's findings depend on the tokens before it). A turn appended to a
+    known conversation without moving a breakpoint has the same key. C-level maps and joins only: a
+    long conversation costs no Python loop over its segments."""
     segs = prompt.segments
+    first = next((i for i, seg in enumerate(segs) if not _prefix(seg)), len(segs))
+    marks = list(compress(range(len(segs)), map(is_not, map(_CACHE_CONTROL, segs), repeat(None))))
+    upto = max(first, marks[-1] + 1 if marks else 0)
+    head, last = (segs[first].message_index, segs[-1].message_index) if first < len(segs) else (None, None)
+    turns = last - head + 1 if head is not None and last is not None else 0
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{prompt.provider}\x00{prompt.model}\x00{prompt.auto_cache}".encode())
-    top = compress(segs, map(is_, map(_MESSAGE_INDEX, segs), repeat(None)))
-    h.update("\x00".join(map(_DIGEST, top)).encode())
-    h.update(b"\x01")
-    # The breakpoint layout: one byte per segment, 1 where a cache_control sits.
-    h.update(bytes(map(is_not, map(_CACHE_CONTROL, segs), repeat(None))))
+    h.update(
+        f"{prompt.provider}\x00{prompt.model}\x00{prompt.auto_cache}\x00{turns == 1}\x00{marks}".encode()
+    )
+    h.update("\x00".join(map(_DIGEST, segs[:upto])).encode())
     return h.hexdigest()
 
 
-_MESSAGE_INDEX = attrgetter("message_index")
+def _prefix(seg: Segment) -> bool:
+    return seg.kind in ("tool", "schema") or seg.message_index is None or seg.role in ("system", "developer")
+
+
 _DIGEST = attrgetter("digest")
 _CACHE_CONTROL = attrgetter("cache_control")
 
