@@ -29,6 +29,7 @@ from .rendering import (
     param_object,
     render_function,
     render_response_format,
+    tool_correction,
 )
 from .tokenizers import Tokenizer, get_tokenizer
 
@@ -163,6 +164,16 @@ class PromptCounter:
         text = framing.recipient_prefix + name
         return self._content_raw(tok, f"call-to\x00{text}", text)
 
+    def _tool_correction(self, tok: Tokenizer, framing: Framing, seg: Segment) -> int:
+        """What the provider counts for a tool beyond its rendered text (rendering.tool_correction)."""
+        key = (tok.name, f"tool-correction:{framing.tool_dialect}", seg.digest)
+        hit = self.memo.get(key)
+        if hit is None:
+            fn = function_of(seg.text)
+            hit = (0 if fn is None else tool_correction(fn, framing.tool_dialect, tok.name),)
+            self.memo.put(key, hit)
+        return hit[0]
+
     def _tool_text(self, seg: Segment) -> str:
         fn = function_of(seg.text)
         return seg.text if fn is None else render_function(fn) + "\n\n"
@@ -252,6 +263,7 @@ class PromptCounter:
                 tokens.extend([PAD] * framing.per_tool)
                 tokens.extend(self._segment_content(tok, framing, seg))
                 if framing.typescript_tools:
+                    _shift(tokens, self._tool_correction(tok, framing, seg))
                     _shift(tokens, self._join(tok, segs[i - 1] if i > first_tool else None, seg))
                 if i == last_tool and framing.typescript_tools:
                     tokens.extend(self._content_raw(tok, "tools-tail", TOOLS_TAIL))

@@ -144,9 +144,8 @@ FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-chat", "gpt-4o-2024-11-20"): replace(_CHAT, reply=2),
     ("openai-responses", ""): _RESPONSES,
-    # gpt-5 (harmony) renders tools inside the developer message (openai/harmony): alone the section
-    # costs 3 (tools_once -1 + tools_alone 4), joined to a message 3 too in the recorded data but
-    # tools_once stays the 4o value until tests/engine/test_counting.py allows otherwise.
+    # gpt-5 (harmony) renders tools inside the developer message (openai/harmony): joined to one the
+    # section costs tools_once 3, alone it costs the same (tools_alone 0; see the gpt-5 note above).
     ("openai-responses", "gpt-5"): replace(
         _CHAT,
         reply=2,
@@ -154,7 +153,8 @@ FRAMING: dict[tuple[str, str], Framing] = {
         per_tool_call=1,
         per_tool_result=5,
         forced_call=None,
-        tools_alone=4,
+        tools_once=3,
+        tools_alone=0,
         schema_alone=None,  # a text.format section never joins a message in Responses (as for 4o)
         tool_dialect="harmony",
     ),

@@ -272,10 +272,9 @@ def test_response_format_rendering_and_count(counter: PromptCounter) -> None:
 
 
 def test_responses_gpt5_tools_have_no_harmony_preamble() -> None:
-    assert (
-        framing_for("openai-responses", "gpt-5-mini").tools_once
-        == framing_for("openai-chat", "gpt-4o").tools_once
-    )
+    # Chat Completions adds the 84-token harmony preamble with tools; Responses only the developer
+    # message's few framing tokens (framing.py: 3, joined or alone).
+    assert framing_for("openai-responses", "gpt-5-mini").tools_once < 10
     assert framing_for("openai-chat", "gpt-5-mini").tools_once == 84
 
 

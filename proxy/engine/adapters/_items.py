@@ -79,7 +79,9 @@ def first_difference(a: bytes, b: bytes) -> int:
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    if a[: n - 1] == b[: n - 1]:
+        return n - 1  # the usual case: a list that grew differs where the shorter one closes
+    lo, hi = 0, n - 1  # a[:lo] == b[:lo], a[:hi] != b[:hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if a[lo:mid] == b[lo:mid]:

@@ -93,7 +93,9 @@ class _Query:
 
 def _common_blocks(a: Sequence[int], b: Sequence[int], bs: int, limit: int) -> int:
     """How many full blocks (at most ``limit``) ``a`` and ``b`` start with (C-speed slice compares)."""
-    lo, hi = 0, limit
+    if a[: limit * bs] == b[: limit * bs]:
+        return limit  # the usual case: the next prompt of a conversation starts with the whole earlier one
+    lo, hi = 0, limit - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if a[lo * bs : mid * bs] == b[lo * bs : mid * bs]:
