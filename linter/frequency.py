@@ -31,6 +31,14 @@ _DIRECTIVES: tuple[tuple[Frequency, str], ...] = (
     ("year", "Yy"),
 )
 _DIRECTIVE = re.compile(r"%[-_0^#]?([a-zA-Z])")
+_CALENDAR_WORDS: tuple[tuple[str, Frequency], ...] = (
+    ("second", "second"),
+    ("minute", "minute"),
+    ("hour", "hour"),
+    ("week", "week"),
+    ("month", "month"),
+    ("year", "year"),
+)
 _DAILY_WORDS = frozenset({"date", "today", "todays", "day", "weekday"})
 _PHRASE: dict[Frequency, tuple[str, str]] = {
     "request": ("on every request", "which can then never be read from the cache"),
@@ -52,7 +60,12 @@ def of_format(fmt: str) -> Frequency | None:
 def of_name(identifier: str) -> Frequency:
     """``current_date``, ``today`` → day; ``now``, ``timestamp``, ``request_id`` → request."""
     ws = set(words(identifier))
-    return "day" if ws & _DAILY_WORDS and not ws & {"time", "now", "timestamp", "datetime"} else "request"
+    if ws & {"time", "now", "timestamp", "datetime"}:
+        return "request"
+    if ws & _DAILY_WORDS:
+        return "day"
+    # `{{year}}-{{month}}`: a calendar field changes as often as the field does.
+    return next((f for word, f in _CALENDAR_WORDS if word in ws), "request")
 
 
 def severity(frequency: Frequency) -> Severity | None:

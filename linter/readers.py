@@ -22,7 +22,7 @@ from .context import Context
 from .findings import Hit
 from .go_template import is_go_template, scan_go
 from .py_source import PyModule
-from .template_scan import FORMAT_CLOCK, Piece, Scan, scan_template
+from .template_scan import FORMAT_CLOCK, Piece, Scan, moustache_scan, scan_template
 from .tree import Node, ParseError, parse_json, parse_yaml
 from .vocab import words
 
@@ -76,6 +76,7 @@ def _promptish(text: str) -> bool:
 
 
 # A fence may be indented (inside a list item): the closing fence then is too.
+_MOUSTACHE_DIALECT = re.compile(r"\{\{\s*[$#/]\w")
 _CODE_SUFFIXES = frozenset(
     {".py", ".sh", ".bash", ".ps1", ".yaml", ".yml", ".json", ".toml", ".ini", ".cfg", ".conf", ".env"}
     | {".html", ".htm", ".xml", ".css", ".js", ".ts", ".sql", ".tf", ".rst", ".go", ".rs", ".java", ".cs"}
@@ -101,6 +102,11 @@ class FileError(CachewardenError):
         self.problem = problem or message
 
 
+def _moustache(where: str, text: str) -> bool:
+    """A Semantic Kernel / Handlebars template (not Markdown: there it is documentation)."""
+    return not where.lower().endswith(".md") and _MOUSTACHE_DIALECT.search(text) is not None
+
+
 def _system_file(path: str) -> bool:
     return bool(
         set(words(os.path.splitext(os.path.basename(path))[0])) & {"system", "instructions", "developer"}
@@ -121,7 +127,10 @@ def _template_hits(ctx: Context, text: str, strict: bool, whole_system: bool, wh
             raise FileError(f"{where}:{exc.lineno}: {problem}", exc.lineno or 1, problem) from exc
         # Plain text that only looks like Jinja ("{%" in an example), or a dialect with tags of its
         # own (an extension's): read as text, all of it static, and say so for a real template.
-        scan = Scan(pieces=[Piece(True, 0, len(text), text=text)])
+        # A Semantic Kernel / Handlebars template (`{{$name}}`, `{{#each}}`) is read by its fields.
+        scan = (
+            moustache_scan(text) if _moustache(where, text) else Scan([Piece(True, 0, len(text), text=text)])
+        )
         if strict:
             at = ctx.source.line_start(exc.lineno or 1)
             tag = (exc.message or "").split("'")[1] if "'" in (exc.message or "") else "?"

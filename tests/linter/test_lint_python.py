@@ -340,3 +340,20 @@ def test_a_date_named_value_is_graded_by_the_format_it_is_made_with() -> None:
         ("CW101", 9, "error", "`current_date` changes every minute"),
         ("CW101", 9, "info", "`today` changes every day"),
     ]
+
+
+def test_semantic_kernel_and_handlebars_templates_are_read_by_their_fields() -> None:
+    source = (
+        "TODAY IS: {{year}}-{{month}}-{{day}} at {{time.Now}}\n"
+        + LONG
+        + "{{#each items}}{{this}}{{/each}}\nUser {{$firstName}}: {{recall $input}}\n"
+    )
+    found = [(f.code, f.severity, f.message.split(" and ")[0]) for f in lint_source("skprompt.txt", source)]
+    assert [f for f in found if f[0] == "CW101"] == [
+        ("CW101", "info", "`year` changes every year"),
+        ("CW101", "info", "`month` changes every month"),
+        ("CW101", "info", "`day` changes every day"),
+        ("CW101", "error", "`time.Now` changes on every request"),
+    ]
+    # Markdown with the same fields is documentation about such a template: read as text.
+    assert lint_source("notes.md", source) == []
