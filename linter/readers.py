@@ -22,7 +22,8 @@ from .context import Context
 from .findings import Hit
 from .go_template import is_go_template, scan_go
 from .py_source import PyModule
-from .template_scan import FORMAT_CLOCK, Piece, Scan, moustache_scan, scan_template
+from .template_moustache import moustache_scan
+from .template_scan import FORMAT_CLOCK, Piece, Scan, scan_template
 from .tree import Node, ParseError, parse_json, parse_yaml
 from .vocab import words
 
