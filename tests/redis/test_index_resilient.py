@@ -182,3 +182,26 @@ def test_ids_are_shared_and_unique(setup: tuple[ResilientIndex, Flaky, Clock, li
     assert index.stats() == index.fallback.stats()  # local: cheap enough for every request
     index.clear()
     assert index.fallback.stats().tokens == 0 and primary.store.stats().tokens == 0
+
+
+def test_joint_lookups_fall_back_and_count_each_outage() -> None:
+    # The engine's two indexes are asked together (lookup_many): a shared store that fails
+    # answers both from their local indexes, and each counts its outage.
+    from cachewarden.proxy.engine.index.base import Lookup, lookup_many
+
+    primaries = [Flaky(), Flaky()]
+    stages: list[str] = []
+    indexes = []
+    for primary in primaries:
+        index = ResilientIndex(primary, MemoryIndex(block_size=4), on_outage=stages.append, clock=Clock())
+        primary.store.insert("s", TOKS, now=0, entry_id="other-replica")
+        index.fallback.insert("s", TOKS[:6], now=1, entry_id="mine")
+        indexes.append(index)
+    queries = [Lookup(index, "s", TOKS, 0) for index in indexes]
+    got = lookup_many(queries, now=2)
+    assert [(m.held_prefix_tokens, m.entry_id) for m in got] == [(10, "other-replica")] * 2
+    for primary in primaries:
+        primary.down = True
+    got = lookup_many(queries, now=2)
+    assert [(m.held_prefix_tokens, m.entry_id) for m in got] == [(6, "mine")] * 2
+    assert stages == ["lookup", "lookup"] and all(i.outages_total == 1 and not i.healthy for i in indexes)
