@@ -278,7 +278,7 @@ class RedisIndex:
         last: _Prepared | None = getattr(self._last, "value", None)
         # A copy, compared by value: a caller may reuse and change its list between calls.
         key = tuple(toks)
-        if last is not None and last.scope == scope and last.toks == key:
+        if last is not None and last.scope == scope and (last.toks is key or last.toks == key):
             return last
         n, bs = len(key), self._bs
         full = n // bs
