@@ -1,16 +1,18 @@
 """The Lua scripts of ``RedisIndex`` (layout: see ``redis.py``), run atomically inside Redis.
 
 A node's children are the members of one sorted set, all of score 0 so that they sort by bytes:
-``groups ‖ 0x00 ‖ "last_seen tokens entry_id"``, one 4-byte group a token (its first byte has the
-high bit set, so the 0x00 terminator sorts a block before every block it is a prefix of). The
-member that shares the most tokens with a query block is therefore one of the query's two
-neighbours in that order, and the members sharing a given number of tokens with it are a
-contiguous run around it: ``ZRANGEBYLEX`` finds both in O(log n). A full block also has a small
-member ``0x01 ‖ its chain digest (8 bytes) ‖ 0x00 ‖ value``, so that walking the held blocks needs
-8 bytes of each query block, not all of its bytes (it sorts before every block and shares
-nothing with a query). Every key a script touches is
-in its KEYS, all of one scope (one hash slot), so the scripts also run on a Redis Cluster.
-Redis runs Lua 5.1: no integer division, no ``goto``.
+``groups ‖ 0x00 ‖ tail``, one 4-byte group a token (its first byte has the high bit set, so the
+0x00 terminator sorts a block before every block it is a prefix of). The member that shares the
+most tokens with a query block is therefore one of the query's two neighbours in that order, and
+the members sharing a given number of tokens with it are a contiguous run around it:
+``ZRANGEBYLEX`` finds both in O(log n). A partial block's tail is its value ``"last_seen tokens
+entry_id"``; a full block's is ``#`` and its chain digest in hex, and its value is in a small
+member ``0x01 ‖ chain digest (8 bytes) ‖ 0x00 ‖ value`` beside it (it sorts before every block and
+shares nothing with a query): finding the held blocks needs 8 bytes of each query block, and a
+write through a stored block rewrites that small member only. Every key a script touches is in
+its KEYS, all of one scope (one hash slot), so the scripts also run on a Redis Cluster. Redis
+runs Lua 5.1: no integer division, no ``goto``; every new string is work for its garbage
+collector (most of a script's cost), so compares avoid making long substrings.
 """
 
 from __future__ import annotations
