@@ -46,7 +46,7 @@ def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, 
     pieces = scan.pieces
     # Token counts matter only after a volatile or per-request value: a file without one (most
     # Markdown) is never tokenized.
-    counted = any(not p.static and (p.volatile or p.per_request) for p in pieces)
+    counted = any(not p.static and (p.volatile or p.per_request or p.per_user) for p in pieces)
     static_tokens = [
         (_include_tokens(ctx, p.include) if p.include else ctx.tokens(p.text))
         if counted and p.static and not p.conditional and (p.include or p.text.strip())
@@ -166,9 +166,19 @@ def _structure(
             if after[i + 1] >= limits.LARGE_STATIC_BLOCK_TOKENS:
                 yield Hit("CW301", piece.start, piece.end, {"value": piece.label, "tokens": after[i + 1]})
             break
-    for piece in pieces:
+    for i, piece in enumerate(pieces):
         if piece.per_user and any(a <= piece.start < b for a, b in system):
-            yield Hit("CW302", piece.start, piece.end, {"value": piece.per_user})
+            # What a per-user value costs is the static text after it, once per user: a name in
+            # the last line of the instructions is a note, one before them a warning (as CW301).
+            tokens = after[i + 1]
+            quiet = "info" if tokens < limits.LARGE_STATIC_BLOCK_TOKENS else None
+            yield Hit(
+                "CW302",
+                piece.start,
+                piece.end,
+                {"value": piece.per_user, "tokens": f"{tokens:,}"},
+                severity=quiet,
+            )
 
 
 def _size(ctx: Context, pieces: list[Piece], static_tokens: list[int]) -> Iterator[Hit]:

@@ -357,3 +357,14 @@ def test_semantic_kernel_and_handlebars_templates_are_read_by_their_fields() -> 
     ]
     # Markdown with the same fields is documentation about such a template: read as text.
     assert lint_source("notes.md", source) == []
+
+
+def test_per_user_data_is_graded_by_the_static_text_after_it() -> None:
+    instructions = LONG * 9  # some 550 tokens
+    early = f"You help {{{{ user.email }}}}.\n{instructions}"
+    late = f"{instructions}You help {{{{ user.email }}}}. Use their name.\n"
+    found = {
+        name: [(f.code, f.severity) for f in lint_source(name, text) if f.code == "CW302"]
+        for name, text in (("early/system.j2", early), ("late/system.j2", late))
+    }
+    assert found == {"early/system.j2": [("CW302", "warning")], "late/system.j2": [("CW302", "info")]}
