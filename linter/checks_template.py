@@ -10,7 +10,7 @@ from jinja2 import nodes
 
 from . import context as limits
 from .context import Context
-from .findings import Edit, Hit
+from .findings import Edit, Hit, Severity
 from .frequency import message_args, severity
 from .sources import find_beside
 from .template_scan import Loop, Piece, Scan, dotted, sorted_chain
@@ -171,7 +171,7 @@ def _structure(
             # What a per-user value costs is the static text after it, once per user: a name in
             # the last line of the instructions is a note, one before them a warning (as CW301).
             tokens = after[i + 1]
-            quiet = "info" if tokens < limits.LARGE_STATIC_BLOCK_TOKENS else None
+            quiet: Severity | None = "info" if tokens < limits.LARGE_STATIC_BLOCK_TOKENS else None
             yield Hit(
                 "CW302",
                 piece.start,
