@@ -61,8 +61,10 @@ def test_fix_applies_safe_then_unsafe(project: Path, run: Run) -> None:
     assert list(props) == ["a", "b"] and list(props["b"]["properties"]) == ["x", "y"]
     # Unsafe fixes wait for --unsafe-fixes.
     (project / "t.j2").write_text("{% for k, v in meta.items() %}{{ k }}{% endfor %}\r\n")
-    assert run("--fix", "t.j2")[0] == 1
+    run("--fix", "t.j2")
+    assert (project / "t.j2").read_bytes().endswith(b"\r\n")  # CRLF (CW205, a note): an unsafe fix
     assert run("--fix", "--unsafe-fixes", "t.j2")[0] == 0
+    assert not (project / "t.j2").read_bytes().endswith(b"\r\n")
     assert (project / "t.j2").read_bytes() == b"{% for k, v in meta|dictsort %}{{ k }}{% endfor %}\n"
 
 
