@@ -57,6 +57,7 @@ class _Flags:
 
     __slots__ = ("carry",)
     _CITATIONS = "\x00citations"
+    _DEFERRED = "\x00deferred\x00"
 
     def __init__(self, carry: Carry | None = None) -> None:
         self.carry = carry if carry is not None else Carry()
@@ -69,6 +70,13 @@ class _Flags:
     def citations(self, on: bool) -> None:
         if on and not self.citations:
             self.carry[self._CITATIONS] = "on"
+
+    def deferred(self, name: object) -> str | None:
+        """The definition of deferred tool ``name`` (``defer_loading``), as a tool_reference loads it."""
+        return self.carry.get(self._DEFERRED + name) if isinstance(name, str) else None
+
+    def defer(self, name: str, definition: str) -> None:
+        self.carry[self._DEFERRED + name] = definition
 
 
 def _png_size(head: bytes) -> tuple[int, int] | None:
@@ -156,6 +164,9 @@ def _flatten(value: Any, path: str, flags: _Flags) -> tuple[str, int]:
             inner, inner_fixed = _flatten(block.get("content"), at(item_path, "content"), flags)
             texts.extend(t for t in (opt_str(block, "title", item_path), inner) if t)
             fixed += inner_fixed
+        elif kind == "tool_reference" and (loaded := flags.deferred(block.get("tool_name"))) is not None:
+            # A deferred tool found by a tool search: its definition is loaded here, where it is referenced.
+            texts.append(loaded)
         else:
             texts.append(compact(strip_meta(block)))
     return "\n".join(texts), fixed
@@ -249,7 +260,17 @@ def parse_anthropic(body: Obj, model: str | None = None, resume: Resume | None =
     """Read a Messages body (``model`` is the fallback when the body has none, e.g. Bedrock invoke);
     ``resume`` reads the messages from where they differ from the previous body's (``read_items``)."""
     flags = _Flags()
-    head = [_tool_segment(t, at("tools", i)) for i, t in enumerate(opt_list(body, "tools", "") or [])]
+    head: list[Segment] = []
+    for i, value in enumerate(opt_list(body, "tools", "") or []):
+        tool = _tool_segment(value, at("tools", i))
+        if isinstance(value, Mapping) and value.get("defer_loading") is True and tool.name is not None:
+            # Tool search: a deferred tool is not in the prompt (nor in its cached prefix) until a
+            # tool_reference loads it (platform.claude.com/docs/en/agents-and-tools/tool-use/tool-search-tool;
+            # pydantic-ai test_tool_search_eval[anthropic].yaml#1: 887 reported, 887 counted without it).
+            loaded = {k: v for k, v in strip_meta(value).items() if k != "defer_loading"}
+            flags.defer(tool.name, compact(loaded))
+        else:
+            head.append(tool)
     system = body.get("system")
     if isinstance(system, str):
         head.append(Segment("system", "system", system))
@@ -260,6 +281,7 @@ def parse_anthropic(body: Obj, model: str | None = None, resume: Resume | None =
         req_list(body, "messages", ""),
         _message_segments,
         context="anthropic",
+        carry=flags.carry,
         previous=resume.previous if resume is not None else None,
     )
     if resume is not None:
