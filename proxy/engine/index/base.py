@@ -9,7 +9,7 @@ timestamps.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -87,21 +87,13 @@ class JointLookups(Protocol):
     of every index on the same server in one round trip. It answers the lookups it cannot join
     with their own ``lookup``."""
 
-    def lookup_many(
-        self, queries: Sequence[Lookup], *, now: float, meanwhile: Callable[[], None] | None = None
-    ) -> list[Match]: ...
+    def lookup_many(self, queries: Sequence[Lookup], *, now: float) -> list[Match]: ...
 
 
-def lookup_many(
-    queries: Sequence[Lookup], *, now: float, meanwhile: Callable[[], None] | None = None
-) -> list[Match]:
+def lookup_many(queries: Sequence[Lookup], *, now: float) -> list[Match]:
     """The answers to ``queries``, in order; the same as one ``lookup`` each. The engine asks its
     scoped and its model-blind index at once: two shared indexes then cost one round trip, not two
-    (a round trip is most of a shared lookup's time). ``meanwhile`` is called once, while a
-    shared store works on the lookups if there is one (``ResilientIndex`` asks its local indexes
-    then)."""
+    (a round trip is most of a shared lookup's time)."""
     if queries and isinstance(queries[0].index, JointLookups):
-        return queries[0].index.lookup_many(queries, now=now, meanwhile=meanwhile)
-    if meanwhile is not None:
-        meanwhile()
+        return queries[0].index.lookup_many(queries, now=now)
     return [q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl) for q in queries]

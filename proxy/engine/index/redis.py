@@ -54,7 +54,7 @@ import sys
 import threading
 import uuid
 from array import array
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -360,9 +360,7 @@ class RedisIndex:
     def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match:
         return self._run([(self, self._walk(scope, tokens, now, ttl))])[0]
 
-    def lookup_many(
-        self, queries: Sequence[Lookup], *, now: float, meanwhile: Callable[[], None] | None = None
-    ) -> list[Match]:
+    def lookup_many(self, queries: Sequence[Lookup], *, now: float) -> list[Match]:
         """``JointLookups``: the lookups of every ``RedisIndex`` on this one's server (whatever its
         secret or namespace) or with a channel of its own share each round trip; the others are
         their index's own lookup."""
@@ -378,16 +376,14 @@ class RedisIndex:
             ):
                 joined.append(i)
                 walks.append((index, index._walk(q.scope, q.tokens, now, q.ttl)))
-        for i, match in zip(joined, self._run(walks, meanwhile), strict=True):
+        for i, match in zip(joined, self._run(walks), strict=True):
             out[i] = match
         return [
             m if m is not None else q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
             for m, q in zip(out, queries, strict=True)
         ]
 
-    def _run(
-        self, walks: list[tuple[RedisIndex, _Walk]], meanwhile: Callable[[], None] | None = None
-    ) -> list[Match]:
+    def _run(self, walks: list[tuple[RedisIndex, _Walk]]) -> list[Match]:
         """Runs walks side by side: each round trip carries the next calls of all of them, on the
         channel of their index if it has one, else in one pipeline of this index's client (with,
         on the first, the writes a sending thread still has queued: each reads its own writes)."""
@@ -421,9 +417,6 @@ class RedisIndex:
             for key, (chan, own, _) in asked.items():
                 cmds = [_command(c) for i, at, size in own for c in batch[at : at + size]]
                 asked[key] = (chan, own, chan.ask(cmds))
-            if meanwhile is not None:  # while Redis works on what was sent
-                meanwhile()
-                meanwhile = None
             if rest:
                 pending: list[Call] = []
                 if first:
@@ -447,8 +440,6 @@ class RedisIndex:
                     at_got += size
             first = False
             active = [i for i, _, _ in spans]
-        if meanwhile is not None:
-            meanwhile()
         return results
 
     def _walk(self, scope: str, tokens: Sequence[int], now: float, ttl: float) -> _Walk:

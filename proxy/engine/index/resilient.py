@@ -1,7 +1,7 @@
 """A shared prefix index that never takes the proxy down with it.
 
-``ResilientIndex(primary=RedisIndex, fallback=MemoryIndex)``: every write goes to the shared index
-and (always, so that its answers are warm when they are needed) to the local one.
+``ResilientIndex(primary=RedisIndex, fallback=MemoryIndex)``: every write goes to the local index
+first (always, so that its answers are warm when they are needed) and then to the shared one.
 Reads come from both and are merged: each is a subset of all the requests ever inserted, so the
 longer prefix of the two is still a prefix some earlier request shared. This also covers the
 requests this replica saw while the shared store was away and the store therefore lacks.
@@ -123,56 +123,34 @@ class ResilientIndex:
         ok, shared = self._call("lookup", lambda: self.primary.lookup(scope, toks, now=now, ttl=ttl))
         return _better(shared, local) if ok and shared is not None else local
 
-    def lookup_many(
-        self, queries: Sequence[Lookup], *, now: float, meanwhile: Callable[[], None] | None = None
-    ) -> list[Match]:
+    def lookup_many(self, queries: Sequence[Lookup], *, now: float) -> list[Match]:
         """``JointLookups``: the primaries of the ``ResilientIndex`` queries are asked together
-        (one round trip when they share a Redis); the local indexes answer while Redis works,
-        and each answer is merged with its local one. A failure of that call is an outage of
-        each of them."""
+        (one round trip when they share a Redis), each merged with its local answer. A failure
+        of that call is an outage of each of them."""
         out: list[Match | None] = [None] * len(queries)
         asked: list[tuple[int, ResilientIndex]] = []
         shared: list[Lookup] = []
-        local: list[tuple[int, ResilientIndex, Lookup]] = []
         for i, q in enumerate(queries):
             index = q.index
             if not isinstance(index, ResilientIndex):
                 out[i] = index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
                 continue
             toks = q.tokens if isinstance(q.tokens, list | tuple) else list(q.tokens)
-            local.append((i, index, Lookup(index.fallback, q.scope, toks, q.ttl)))
+            out[i] = index.fallback.lookup(q.scope, toks, now=now, ttl=q.ttl)
             if index._due():
                 asked.append((i, index))
                 shared.append(Lookup(index.primary, q.scope, toks, q.ttl))
-        done: list[BaseException | None] = []
-
-        def answer_locally() -> None:
-            try:
-                for i, _, q in local:
-                    out[i] = q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
-                if meanwhile is not None:
-                    meanwhile()
-            except BaseException as exc:  # raised below, not taken for an outage of Redis
-                done.append(exc)
-            else:
-                done.append(None)
-
-        got: list[Match] | None = None
         if shared:
             try:
-                got = lookup_many(shared, now=now, meanwhile=answer_locally)
+                got = lookup_many(shared, now=now)
             except Exception:
                 for _, index in asked:
                     index._failed("lookup")
-        if not done:
-            answer_locally()
-        if done[0] is not None:
-            raise done[0]
-        if got is not None:
-            for (i, index), match in zip(asked, got, strict=True):
-                index._succeeded()
-                mine = out[i]
-                out[i] = match if mine is None else _better(match, mine)
+            else:
+                for (i, index), match in zip(asked, got, strict=True):
+                    index._succeeded()
+                    local = out[i]
+                    out[i] = match if local is None else _better(match, local)
         return [m if m is not None else NO_MATCH for m in out]
 
     def insert(
@@ -187,9 +165,8 @@ class ResilientIndex:
         toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
         # One id for both stores, unique across replicas (MemoryIndex's own ids are per process).
         eid = entry_id if entry_id is not None else uuid.uuid4().hex
-        # The shared store first: with writes behind, Redis works on it while the local one is written.
-        self._call("insert", lambda: self.primary.insert(scope, toks, now=now, entry_id=eid, ttl=ttl))
         self.fallback.insert(scope, toks, now=now, entry_id=eid)
+        self._call("insert", lambda: self.primary.insert(scope, toks, now=now, entry_id=eid, ttl=ttl))
         return eid
 
     def mark(
@@ -203,8 +180,8 @@ class ResilientIndex:
     ) -> None:
         toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
         where = list(positions)
-        self._call("mark", lambda: self.primary.mark(scope, toks, where, now=now, ttl=ttl))
         self.fallback.mark(scope, toks, where, now=now)
+        self._call("mark", lambda: self.primary.mark(scope, toks, where, now=now, ttl=ttl))
 
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
