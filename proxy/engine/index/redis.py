@@ -215,10 +215,10 @@ class RedisIndex:
         self._scan = max(scan_limit, 1)
         self._memo: dict[int | bytes, bytes] = {}
         self._masks: dict[int, int] = {}
-        # (parent digest, a full block's tokens) -> (its chain digest, its member bytes): a
+        # (parent digest, a few tokens) -> (chain digest, member bytes, tokens) of a full block: a
         # conversation's next turn re-sends the same blocks, so each is encoded and hashed once and
         # a turn costs its new tokens. Bounded, oldest first out.
-        self._blocks: dict[tuple[bytes, tuple[int, ...]], tuple[bytes, bytes]] = {}
+        self._blocks: dict[tuple[bytes, int, int, int, int], tuple[bytes, bytes, tuple[int, ...]]] = {}
         # Full blocks this index wrote or walked: a write sends only their digest, not their bytes.
         self._stored: dict[bytes, None] = {}
         self._blocks_lock = threading.Lock()
@@ -255,11 +255,14 @@ class RedisIndex:
         memo[t if _ESCAPE < t < 2**63 else raw] = g
         return g
 
-    def _groups(self, node: bytes, block: Sequence[int], data: bytes, offsets: Sequence[int]) -> bytes:
-        """The member bytes of ``block`` (encoded as ``data``) under ``node`` (4 a token, high bit
-        set on the first)."""
+    def _groups(
+        self, node: bytes, block: Sequence[int], encoded: tuple[bytes, Sequence[int]] | None = None
+    ) -> bytes:
+        """The member bytes of ``block`` under ``node`` (4 a token, high bit set on the first).
+        ``encoded``: the block's ``_encode``, made here if a token is not in the memo."""
         parts = list(map(self._memo.get, block))  # in C: most tokens are known
         if None in parts:
+            data, offsets = encoded if encoded is not None else _encode(block)
             for i, got in enumerate(parts):
                 if got is None:
                     parts[i] = self._token(block[i], data[offsets[i] : offsets[i + 1]])
@@ -286,17 +289,21 @@ class RedisIndex:
         chain, members = [root], []
         cache, fresh = self._blocks, []
         for k in range(full):
-            step = (chain[k], key[k * bs : (k + 1) * bs])
+            block = key[k * bs : (k + 1) * bs]
+            # Found by the parent and a few tokens (hashing all 512 would cost more than the rest
+            # of the lookup), then checked token by token: the tokens of a conversation's turns
+            # are mostly the very same int objects, so the check is a pass over pointers.
+            step = (chain[k], block[0], block[-1], block[bs // 2], block[bs // 3])
             got = cache.get(step)
-            if got is None:
-                data, offsets = _encode(step[1])
-                got = (self._digest(chain[k] + data), self._groups(chain[k], step[1], data, offsets))
+            if got is None or got[2] != block:
+                data, offsets = _encode(block)
+                got = (self._digest(chain[k] + data), self._groups(chain[k], block, (data, offsets)), block)
                 fresh.append((step, got))
             chain.append(got[0])
             members.append(got[1])
         if n > full * bs:
             block = key[full * bs :]
-            members.append(self._groups(chain[full], block, *_encode(block)))
+            members.append(self._groups(chain[full], block))
         if fresh:
             with self._blocks_lock:
                 cache.update(fresh)
