@@ -13,7 +13,6 @@ and written to the access log (``count``: counted, calibrated, reported; numbers
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from cachewarden.proxy.engine.adapters import load_body
 from cachewarden.proxy.engine.calibration import Calibrated, CountCalibration
 from cachewarden.proxy.engine.engine import Analysis, Engine
+from cachewarden.proxy.engine.errors import RequestError
 from cachewarden.proxy.engine.reading import ConversationReader
 from cachewarden.proxy.engine.usage import Usage
 from cachewarden.proxy.explain.attribution import Reason, attribute
@@ -33,8 +33,6 @@ from .transforms.diagnostics import SCOPE_KEY, conversation_key, previous_messag
 
 # Responses API: how many response ids the proxy remembers for ``previous_response_id`` chains.
 _CHAIN_ENTRIES = 2_000
-# How long a chained request's analysis waits for the hook of the turn it chains to.
-_CHAIN_WAIT_SECONDS = 2.0
 # Keys of the count calibration (tenant x fixed parts): ~100 bytes each.
 _CALIBRATION_ENTRIES = 20_000
 
@@ -68,9 +66,28 @@ class EngineAnalyzer:
         # Responses requests whose response hook has not run yet, per tenant: a chained request may
         # arrive before the hook stored the turn it chains to (the client got the bytes first).
         self._pending: dict[str, int] = {}
-        self._stored = threading.Condition(self._lock)
 
     # -- request ---------------------------------------------------------------------------------
+    def ready(self, flow: Flow) -> bool:
+        """Whether the request hook can run now: not a Responses turn chained to an earlier one
+        whose response has not been read yet while responses of the tenant are still to come (the
+        analysis queue parks it meanwhile instead of blocking a worker; analysis_queue)."""
+        if not flow.analysed or flow.provider != "openai-responses":
+            return True
+        if b"previous_response_id" not in flow.request_body:
+            return True
+        body = flow.metadata.get("body")
+        if body is None:
+            try:
+                body = load_body(flow.request_body)
+            except RequestError:
+                return True
+        rid = body.get("previous_response_id") if isinstance(body, dict) else None
+        if not isinstance(rid, str):
+            return True
+        with self._lock:
+            return (flow.tenant, rid) in self._chain or not self._pending.get(flow.tenant)
+
     def request(self, flow: Flow) -> None:
         if not flow.analysed or flow.provider is None:
             return
@@ -136,11 +153,10 @@ class EngineAnalyzer:
             self._response(flow)
         finally:
             if flow.metadata.get("chained_input") is not None:
-                with self._stored:
+                with self._lock:
                     self._pending[flow.tenant] -= 1
                     if not self._pending[flow.tenant]:
                         del self._pending[flow.tenant]
-                    self._stored.notify_all()
 
     def _response(self, flow: Flow) -> None:
         analysis: Analysis | None = flow.metadata.get("analysis")
@@ -210,7 +226,7 @@ class EngineAnalyzer:
 
     # -- Responses API chains --------------------------------------------------------------------
     def _remember_chain(self, tenant: str, response_id: str, chained: _Chained) -> None:
-        with self._stored:
+        with self._lock:
             self._chain[(tenant, response_id)] = chained
             self._chain.move_to_end((tenant, response_id))
             while len(self._chain) > _CHAIN_ENTRIES:
@@ -222,16 +238,10 @@ class EngineAnalyzer:
         if flow.provider != "openai-responses" or not isinstance(body, dict):
             return body
         rid = body.get("previous_response_id")
-        earlier = None
-        with self._stored:
-            if isinstance(rid, str):
-                key = (flow.tenant, rid)
-                deadline = time.monotonic() + _CHAIN_WAIT_SECONDS
-                while key not in self._chain and self._pending.get(flow.tenant):
-                    left = deadline - time.monotonic()
-                    if left <= 0 or not self._stored.wait(left):
-                        break
-                earlier = self._chain.get(key)
+        with self._lock:
+            # No wait here: the queue runs this hook only once ``ready`` says the turn is stored (or
+            # its wait ran out; then the turn is analysed as the fresh prompt it looks like).
+            earlier = self._chain.get((flow.tenant, rid)) if isinstance(rid, str) else None
             self._pending[flow.tenant] = self._pending.get(flow.tenant, 0) + 1
         history = [*earlier.input_items, *earlier.output_items] if earlier is not None else []
         merged_input = [*history, *_input_items(body.get("input"))]

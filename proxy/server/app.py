@@ -16,6 +16,7 @@ module already.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -159,6 +160,10 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _always_ready(flow: Flow) -> bool:
+    return True
 
 
 def _parse_model(flow: Flow) -> None:
@@ -409,7 +414,11 @@ class Proxy:
     async def _request_stage(self, flow: Flow, sent: anyio.Event, done: anyio.Event) -> None:
         try:
             await sent.wait()
-            if not await self.analysis.run(self._run_request_hooks, flow, droppable=True):
+            # One lane per tenant: its requests are analysed in the order they came (analysis_queue).
+            ready = functools.partial(self._analyzers_ready, flow)
+            if not await self.analysis.run(
+                self._run_request_hooks, flow, droppable=True, lane=flow.tenant, ready=ready
+            ):
                 self.metrics.analysis_dropped.labels(
                     *self.metrics.labels(flow.provider, flow.model, flow.tenant)
                 ).inc()
@@ -422,6 +431,10 @@ class Proxy:
         finally:
             done.set()
 
+    def _analyzers_ready(self, flow: Flow) -> bool:
+        """Whether every analyzer can take the request now (an optional ``ready(flow)`` hook)."""
+        return all(getattr(a, "ready", _always_ready)(flow) for a in self.analyzers)
+
     def _run_request_hooks(self, flow: Flow) -> None:
         _parse_model(flow)
         call_hooks(self.analyzers, "request", flow, self.metrics)
@@ -433,7 +446,7 @@ class Proxy:
                 # Not analysed, but counted per model like the prompt it counts (off the loop).
                 await anyio.to_thread.run_sync(_parse_model, flow)
             self._count(flow)
-            await self.analysis.run(self._after_response, flow, droppable=False)
+            await self.analysis.run(self._after_response, flow, droppable=False, lane=flow.tenant)
 
     def _count(self, flow: Flow) -> None:
         m, t = self.metrics, flow.timings

@@ -372,7 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TEXT",
         help="key of the hashes a shared index stores (same on every replica)",
     )
-    add("--analysis-workers", metavar="N", help="threads that analyse requests (default 2)")
+    add(
+        "--analysis-workers",
+        metavar="N",
+        help="threads that analyse requests, each tenant's in order on one of them (default 2)",
+    )
     add(
         "--analysis-backlog",
         metavar="N",

@@ -82,3 +82,72 @@ def test_full_backlog_forwards_unanalysed_and_counts(monkeypatch: pytest.MonkeyP
     ]
     assert dropped and sum(float(line.rsplit(" ", 1)[1]) for line in dropped) >= 2
     assert blocking.seen <= 2
+
+
+def test_one_lane_runs_in_submission_order_beside_the_others() -> None:
+    """Work of one lane never overtakes earlier work of that lane, whatever the other lanes do."""
+    ran: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def work(item: tuple[str, int]) -> None:
+        if item[1] % 3 == 0:
+            threading.Event().wait(0.002)  # uneven durations: a pool would reorder these
+        with lock:
+            ran.append(item)
+
+    async def main() -> None:
+        queue = AnalysisQueue(workers=4, backlog=1000)
+        calls = [queue.run(work, (t, n), droppable=False, lane=t) for n in range(30) for t in "abcdef"]
+        await asyncio.gather(*calls)
+        queue.shutdown()
+
+    asyncio.run(main())
+    for tenant in "abcdef":
+        assert [n for t, n in ran if t == tenant] == list(range(30))
+
+
+def test_work_that_is_not_ready_waits_aside_without_holding_its_lane(monkeypatch: pytest.MonkeyPatch) -> None:
+    stored = threading.Event()
+    ran: list[str] = []
+
+    async def main() -> None:
+        queue = AnalysisQueue(workers=1, backlog=10)
+        # The chained turn comes first and cannot run before the response behind it stored its turn.
+        chained = asyncio.ensure_future(
+            queue.run(ran.append, "chained", droppable=False, lane="t", ready=stored.is_set)
+        )
+        await asyncio.sleep(0.05)
+        assert ran == []
+
+        def response(_: object) -> None:
+            ran.append("response")
+            stored.set()
+
+        await queue.run(response, None, droppable=False, lane="t")
+        await chained
+        queue.shutdown()
+
+    asyncio.run(main())
+    assert ran == ["response", "chained"]
+
+
+def test_parked_work_runs_when_its_wait_runs_out_and_at_shutdown(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachewarden.proxy.server import analysis_queue
+
+    monkeypatch.setattr(analysis_queue, "PARK_SECONDS", 0.1)
+    ran: list[str] = []
+
+    async def main() -> None:
+        queue = AnalysisQueue(workers=1, backlog=10)
+        await queue.run(ran.append, "timed out", droppable=False, lane="t", ready=lambda: False)
+        analysis_queue.PARK_SECONDS = 60.0
+        late = asyncio.ensure_future(
+            queue.run(ran.append, "at shutdown", droppable=False, ready=lambda: False)
+        )
+        await asyncio.sleep(0.05)
+        assert ran == ["timed out"]
+        await asyncio.to_thread(queue.shutdown)
+        await late
+
+    asyncio.run(main())
+    assert ran == ["timed out", "at shutdown"]
