@@ -278,6 +278,9 @@ class PyModule:
 
 
 def _names(target: ast.AST) -> Iterator[ast.Name]:
+    if isinstance(target, ast.Name):  # most loop and `with` targets: no walk
+        yield target
+        return
     for node in ast.walk(target):
         if isinstance(node, ast.Name):
             yield node
