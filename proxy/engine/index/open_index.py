@@ -100,8 +100,10 @@ def open_index(
         secret=secret,
         expired_window_seconds=expired_window_seconds,
         max_age_seconds=caps.get("max_age_seconds", 24 * 3600),
-        # Inserts and marks leave the analysis' path (redis_writes.py); reads need not wait for
-        # them: the local index below holds this replica's writes, and answers are merged.
+        # Inserts and marks leave the analysis' path (redis_writes.py). On one Redis, reads follow
+        # them on the same connection and see them without waiting; on a cluster a thread sends
+        # them, and reads need not wait for it: the local index below holds this replica's
+        # writes, and answers are merged.
         write_behind=True,
         read_own_writes=False,
     )
