@@ -116,6 +116,10 @@ class Channel:
     def post(self, commands: list[tuple[Any, ...]], tags: list[Any]) -> None:
         with self._lock:
             self._raise_pending_error()
+            # Nobody reading (an index that only writes): read what is due before it piles up
+            # here and in Redis' output buffer; those replies are long there.
+            while len(self._queue) > _MAX_DUE:
+                self._read_one()
             self._send(commands, [(None, c, t) for c, t in zip(commands, tags, strict=True)])
 
     def ask(self, commands: list[tuple[Any, ...]]) -> _Ticket:
@@ -229,6 +233,8 @@ class Channel:
         elif tag is not None:
             tag(reply)
 
+
+_MAX_DUE = 512  # replies a channel lets wait before a write reads some
 
 # Weak: a channel lives as long as an index uses it.
 _SHARED: weakref.WeakValueDictionary[object, Channel] = weakref.WeakValueDictionary()
