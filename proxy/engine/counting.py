@@ -27,6 +27,7 @@ from .rendering import (
     anthropic_output_schema,
     function_of,
     param_object,
+    render_additional_tools,
     render_function,
     render_response_format,
     tool_correction,
@@ -128,6 +129,13 @@ class PromptCounter:
             fn = function_of(seg.text)
             if fn is not None:
                 return self._content(tok, "ts", seg, render_function(fn) + "\n\n")
+        if seg.kind == "other" and framing.typescript_tools and seg.message_index is not None:
+            # A Responses additional_tools item: its tools section, then what the provider adds to it.
+            section = self.memo.get((tok.name, "at", seg.digest))
+            if section is None and (rendered := render_additional_tools(seg.text)) is not None:
+                section = self._content(tok, "at", seg, rendered)
+            if section is not None:
+                return section + (PAD,) * framing.additional_tools_extra
         if seg.kind == "schema" and framing.typescript_tools:
             hit = self.memo.get((tok.name, "rf", seg.digest))
             if hit is not None:

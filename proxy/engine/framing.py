@@ -42,6 +42,9 @@ class Framing:
     result_prefix: str = "functions."
     role_tokens: bool = True  # the role name is encoded in each message header (ChatML)
     tool_dialect: str = "chatml"  # which tool renderer's corrections apply (rendering.tool_correction)
+    # Responses: an ``additional_tools`` input item (tools added mid-conversation) costs its tools
+    # section (rendering.render_additional_tools) plus this, beyond its message framing.
+    additional_tools_extra: int = 0
 
 
 # Framing constants. Where each comes from:
@@ -157,6 +160,10 @@ FRAMING: dict[tuple[str, str], Framing] = {
         tools_alone=0,
         schema_alone=None,  # a text.format section never joins a message in Responses (as for 4o)
         tool_dialect="harmony",
+        # With its developer message's framing (4) this is 84, the harmony tools preamble that Chat
+        # Completions adds to a tools section (tools_once above): gpt-5, gpt-5.6 held-out dev records
+        # (tests/engine/test_counting_tool_rules.py); gpt-5.4 with instructions counted 4 more.
+        additional_tools_extra=80,
     ),
     ("openai-responses", "o3"): replace(_RESPONSES, reply=2),
     ("openai-responses", "o4"): replace(_RESPONSES, reply=2),

@@ -229,3 +229,23 @@ def function_of(text: str) -> Mapping[str, Any] | None:
 
 TOOLS_HEAD = "# Tools\n\n## functions\n\nnamespace functions {\n\n"
 TOOLS_TAIL = "} // namespace functions"
+
+
+def render_additional_tools(text: str) -> str | None:
+    """A Responses ``additional_tools`` input item (tools added mid-conversation) as a tools section.
+
+    None when ``text`` is not such an item. The section is rendered as the request's own tools are;
+    what the provider adds around it is ADDITIONAL_TOOLS_EXTRA (framing, measured).
+    """
+    if '"additional_tools"' not in text:
+        return None
+    try:
+        item = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(item, Mapping) or item.get("type") != "additional_tools":
+        return None
+    tools = item.get("tools")
+    functions = [t for t in tools if isinstance(t, Mapping)] if isinstance(tools, list) else []
+    body = "".join(render_function(fn) + "\n\n" for fn in functions if isinstance(fn.get("name"), str))
+    return TOOLS_HEAD + body + TOOLS_TAIL

@@ -18,7 +18,14 @@ from cachewarden.proxy.engine.adapters import parse_request
 from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.models import load_model_table
 from cachewarden.proxy.engine.prompt import Prompt, Segment
-from cachewarden.proxy.engine.rendering import render_function, tool_correction
+from cachewarden.proxy.engine.rendering import (
+    TOOLS_HEAD,
+    TOOLS_TAIL,
+    render_additional_tools,
+    render_function,
+    tool_correction,
+)
+from cachewarden.proxy.engine.tokenizers import get_tokenizer
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "recorded" / "interactions.jsonl"
 PYDANTIC = "pydantic/pydantic-ai:tests/"
@@ -77,6 +84,15 @@ CASES = {
     + PYDANTIC
     + "cassettes/test_tool_search/"
     + "test_cross_provider_capability_replay[openai-responses-gpt-5.4-anthropic-claude-sonnet-4-5].yaml#0",
+    # an additional_tools input item: its tools section + the harmony tools preamble (gpt-5, gpt-5.6)
+    "additional-tools": "responses:"
+    + PYDANTIC
+    + "cassettes/test_tool_availability_portability/"
+    + "test_tool_availability_portability_matrix[R1-T4-local-search-additional-tools].yaml#0",
+    "additional-tools-5.6": "responses:"
+    + PYDANTIC
+    + "models/cassettes/test_openai_tool_availability_delta/"
+    + "test_supported_model_calls_additional_tool.yaml#0",
 }
 
 
@@ -151,3 +167,30 @@ def test_responses_text_format_never_joins_a_message(model: str) -> None:
         return with_schema - counter.tokenize(Prompt("openai-responses", model, segs)).count
 
     assert added(user) == added(developer, user)
+
+
+def test_additional_tools_item_costs_its_section_and_the_tools_preamble() -> None:
+    tool = {
+        "type": "function",
+        "name": "lookup_refund_policy",
+        "description": "Look up the refund policy for an order.",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+        "strict": True,
+    }
+    item = {"type": "additional_tools", "role": "developer", "tools": [tool]}
+    section = render_additional_tools(json.dumps(item))
+    assert section == TOOLS_HEAD + render_function(tool) + "\n\n" + TOOLS_TAIL
+    # Any other item is not a tools section.
+    assert render_additional_tools(json.dumps({"type": "mcp_list_tools", "tools": [tool]})) is None
+    ask = {"role": "user", "content": "Refund order-123?"}
+    counter = PromptCounter(load_model_table())
+
+    def count(model: str, *items: dict[str, Any]) -> int:
+        body = {"model": model, "input": list(items)}
+        return counter.tokenize(parse_request(body, provider="openai-responses")).count
+
+    # gpt-5 (harmony): the section plus 84, as the tools preamble of Chat Completions (framing.py).
+    n = len(get_tokenizer("o200k_base").encode(section))
+    assert count("gpt-5", ask, item) - count("gpt-5", ask) == n + 84
+    # The same item in two requests costs the same (the memoised section keeps its extra).
+    assert count("gpt-5", ask, item) == count("gpt-5", ask, item)
