@@ -157,3 +157,20 @@ def test_a_named_python_script_without_extension_is_read(project: Path, run: Run
     code, out, _ = run("--format", "json", "agent", "notes")
     assert code == 1 and [(f["path"], f["code"]) for f in as_json(out)["findings"]] == [("agent", "CW102")]
     assert run("--format", "json", ".")[1].count('"CW102"') == 0  # a directory walk goes by extension
+
+
+def test_workers_give_the_same_report_in_the_same_order(project: Path, run: Run) -> None:
+    for n in range(24):
+        (project / f"p{n:02d}.j2").write_text(f"Session {{{{ session_id }}}} #{n}.\n" + LONG)
+        (project / f"a{n:02d}.py").write_text(
+            f"import time\nSYSTEM_PROMPT = f'Epoch {{time.time()}} #{n}. ' + '''{LONG}'''\n"
+        )
+    (project / "bad.json").write_text('{"model": ')  # found by the walk: a note, from a worker
+    one = run("--format", "json", "--jobs", "1", ".")
+    two = run("--format", "json", "--jobs", "2", ".")
+    assert one == two and one[0] == 1
+    report = as_json(one[1])
+    summary = report["summary"]  # module-level clocks are per process (info); bad.json is a CW502 note
+    assert (summary["files"], summary["error"], summary["info"]) == (49, 24, 25)
+    (project / "unreadable.json").write_bytes(b"\xff\xfe{")  # cannot be read at all: exit 2 either way
+    assert run("--jobs", "2", ".")[0] == run("--jobs", "1", ".")[0] == 2
