@@ -16,7 +16,13 @@ Sequential requests are interleaved path by path (rotating order), so drift hits
 own; CPU per request is the whole process group's CPU time (granian's workers included) over the
 requests of that run. Ratios against ``uvicorn-h11+httpx`` are the figures to compare.
 
-Run: ``python bench/bench_stack.py [--sequential N] [--concurrent N] [--no-cachewarden]``
+``--sweep 1,8,32,64`` measures instead a concurrency sweep of three paths — direct, the baseline
+stack and cachewarden — each level with the same number of requests per client: added p50 / p99
+over the direct path at that level, the process group's CPU per request (cachewarden's analysis
+threads included) and the p99 itself, as ratios against the baseline at the same level (on 2 cores
+the load generator competes with the servers: at 32+ clients "added" can be negative).
+
+Run: ``python bench/bench_stack.py [--sequential N] [--concurrent N] [--no-cachewarden] [--sweep LEVELS]``
 """
 
 from __future__ import annotations
@@ -73,7 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--concurrent", type=int, default=640, help="requests per path with 32 clients")
     parser.add_argument("--no-cachewarden", action="store_true", help="the bare stacks only")
+    parser.add_argument("--sweep", metavar="LEVELS", help="a concurrency sweep instead, e.g. 1,8,32,64")
+    parser.add_argument("--per-client", type=int, default=20, help="requests per client in the sweep")
     args = parser.parse_args(argv)
+    if args.sweep:
+        levels = [int(v) for v in args.sweep.split(",") if v.strip()]
+        return sweep(levels, args.per_client)
     if shutil.which("nginx") is None:
         print("bench_stack: needs nginx (apt-get install nginx-light)", file=sys.stderr)
         return 2
@@ -100,6 +111,64 @@ def main(argv: Sequence[str] | None = None) -> int:
                 s.stop()
             nginx.stop()
     report(seq, conc, cpu_ms)
+    return 0
+
+
+def sweep(levels: Sequence[int], per_client: int) -> int:
+    """Direct, the baseline stack and cachewarden at each concurrency level (see the module doc)."""
+    if shutil.which("nginx") is None:
+        print("bench_stack: needs nginx (apt-get install nginx-light)", file=sys.stderr)
+        return 2
+    workload = Workload(stream=False)
+    server, transport = BASELINE.split("+")
+    with tempfile.TemporaryDirectory() as tmp:
+        nginx = nginx_server(free_port(), tmp)
+        nginx.wait_ready()
+        port = free_port()
+        args = ["bench/_servers.py", "bare", "--port", str(port), "--upstream", nginx.url]
+        bare = python_server(BASELINE, [*args, "--server", server, "--transport", transport], port)
+        port = free_port()
+        argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
+        argv += ["--openai-upstream", nginx.url, "--anthropic-upstream", nginx.url]
+        proxy = python_server("cachewarden", argv, port)
+        owners = {"direct": nginx, BASELINE: bare, "cachewarden": proxy}
+        try:
+            for s in (bare, proxy):
+                s.wait_ready()
+            head = ("clients", "path", "+p50", "+p99", "CPU/req", "CPU vs base", "p99 vs base")
+            print(f"{head[0]:>7} {head[1]:<20}" + "".join(f"{h:>12}" for h in head[2:]))
+            for level in levels:
+                # Fresh sessions per level and path: every conversation grows a turn per request.
+                results: dict[str, tuple[Sample, float]] = {}
+                for i, (name, owner) in enumerate(owners.items()):
+                    streams = [
+                        workload.bodies(1000 * level + 100 * i + w, per_client + 1) for w in range(level)
+                    ]
+                    before = owner.group_cpu_seconds()
+                    sample = asyncio.run(
+                        concurrent(owner.url + "/v1/chat/completions", streams, f"sk-s-{name}")
+                    )
+                    results[name] = (
+                        sample,
+                        (owner.group_cpu_seconds() - before) * 1000 / max(1, len(sample.total)),
+                    )
+                direct = results["direct"][0].total
+                base_sample, base_cpu = results[BASELINE]
+                base_p99 = pct(base_sample.total, 99)
+                for name in (BASELINE, "cachewarden"):
+                    sample, cpu_ms = results[name]
+                    a50, a99 = (
+                        pct(sample.total, 50) - pct(direct, 50),
+                        pct(sample.total, 99) - pct(direct, 99),
+                    )
+                    cells = [f"{a50:.2f}", f"{a99:.2f}", f"{cpu_ms:.2f}", f"{cpu_ms / base_cpu:.2f}x"]
+                    cells.append(f"{pct(sample.total, 99) / base_p99:.2f}x")
+                    print(f"{level:>7} {name:<20}" + "".join(f"{c:>12}" for c in cells))
+        finally:
+            for s in (bare, proxy):
+                s.stop()
+            nginx.stop()
+    print("(milliseconds; +pXX = added over the direct path's percentile at the same concurrency)")
     return 0
 
 
