@@ -33,10 +33,12 @@ def imported_function(module: PyModule, call: ast.Call) -> tuple[PyModule, Funct
         bound = module.imports.get(func.id)
         if bound is None or bound[2] is None or func.id in module.functions:
             return None
+        if module.resolve(func) is not None:
+            return None  # a parameter or a local name of the same spelling: not the import
         return _function(module.source.path, bound[0], bound[1], bound[2], 0)
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
         bound = module.imports.get(func.value.id)
-        if bound is None:
+        if bound is None or module.resolve(func.value) is not None:
             return None
         name, level, attr = bound
         # `import pkg.prompts as p` (attr None) or `from pkg import prompts` (a submodule).

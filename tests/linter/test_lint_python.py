@@ -310,6 +310,11 @@ def test_calls_into_other_modules_of_the_tree(project: Path, run: Run) -> None:
             + "from openai import x\n"
             + POLICY
             + ASK.format(system="POLICY + a() + x() + tail_clock()"),
+            # A parameter named like the imported function is what the caller passes.
+            "src/app/agents/shadowed.py": "from ..prompts import build_system\n"
+            + "def ask(client, q, build_system):\n"
+            + "    return client.messages.create(model='claude-sonnet-4-5', max_tokens=9,\n"
+            + "        system=build_system(), messages=[{'role': 'user', 'content': q}])\n",
         },
     )
     _code, out, _ = run("--format", "json", "src")
