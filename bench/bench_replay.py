@@ -169,6 +169,8 @@ def agreement() -> None:
     engine = Engine()
     # (held out, self-contained) -> [requests, hit/miss agree, exact, with a read, exact among them]
     tally: dict[tuple[bool, bool], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    # Self-contained disagreements on hit / miss, in aggregate: (held out, provider, direction) -> n.
+    disagree: dict[tuple[bool, str, str], int] = defaultdict(int)
     for suite, records in suites.items():
         if not any((r.get("cache_read_tokens") or 0) > 0 for r in records):
             continue
@@ -182,7 +184,11 @@ def agreement() -> None:
             key = (rec["source"].startswith("pydantic/pydantic-ai:"), bool(rec.get("self_contained")))
             t = tally[key]
             t[0] += 1
-            t[1] += (row.predicted.cached > 0) == (row.reported.cached > 0)
+            agrees = (row.predicted.cached > 0) == (row.reported.cached > 0)
+            t[1] += agrees
+            if not agrees and key[1]:
+                way = "predicted a read, none reported" if row.predicted.cached else "a read not predicted"
+                disagree[(key[0], row.provider, way)] += 1
             t[2] += row.predicted.cached == row.reported.cached
             if row.predicted.cached > 0 or row.reported.cached > 0:
                 t[3] += 1
@@ -197,6 +203,9 @@ def agreement() -> None:
                     f"  {name:<28} {n:>4} requests  hit/miss agree {agree / n:6.1%}  exact {exact / n:6.1%}"
                     f"  | {reads:>4} with a read on either side: exact {exact_reads / max(reads, 1):6.1%}"
                 )
+    print("  hit / miss disagreements of the self-contained requests (aggregate counts):")
+    for (held, provider, way), n in sorted(disagree.items()):
+        print(f"    {'held-out' if held else 'training':<9} {provider:<17} {way:<33} {n:>4}")
 
 
 def main() -> int:
