@@ -188,6 +188,8 @@ def main(argv: list[str]) -> int:
         return sum(c * x for c, x in zip(r.by_kind, rs, strict=True))
 
     print(f"  {'o200k by kind (prose / json / code)':<40}" + medians(base, by_kind))
+    for fam, rs in sorted(kinds.items()):
+        print(f"    {fam:<34} prose {rs[0]:.3f}  json {rs[1]:.3f}  code {rs[2]:.3f}")
     print(
         f"  {'  ... else the shipped count':<40}"
         + medians(base, lambda r: by_kind(r) if r.family in kinds else r.shipped)
@@ -196,8 +198,6 @@ def main(argv: list[str]) -> int:
         f"  {'o200k x family ratio, else shipped':<40}"
         + medians(base, lambda r: r.stream * ratio[r.family] if r.family in ratio else r.shipped)
     )
-    for fam, rs in sorted(kinds.items()):
-        print(f"    {fam:<34} prose {rs[0]:.3f}  json {rs[1]:.3f}  code {rs[2]:.3f}")
     try:
         import anthropic_tokenizer  # type: ignore[import-not-found]
     except ImportError:
