@@ -87,7 +87,7 @@ def bench_repo(root: str) -> dict[str, float]:
     base = bare_parse(texts)
     py = python_lint(texts)
     runs = {}
-    for jobs in ("1", "0"):  # one process; one worker per CPU (the default)
+    for jobs in ("1", "0"):  # one process (the default); one worker per CPU
         out = io.StringIO()
         start = time.perf_counter()
         with contextlib.redirect_stdout(out):
