@@ -12,7 +12,9 @@ gains one tool call + result per request, so ~97% of each body is the previous o
 session every SESSION_TURNS requests). Sequentially the three paths are interleaved request by
 request (rotating order); with 32 concurrent clients each path runs on its own. "added" is the
 difference of percentiles against the direct path; the goal is cachewarden's added p50 under 1 ms
-and within 1.5x of the bare proxy's. Exit 0 unless something crashed (missed goals only print).
+and within 1.5x of the bare proxy's. Streamed scenarios also print the time to first byte and the
+gap between consecutive chunks as the client reads them (the token rhythm a proxy must not break).
+Exit 0 unless something crashed (missed goals only print).
 
 Usage: python bench/bench_proxy.py [--quick]
 Experiment: --switch-interval 0.0005 starts the cachewarden proxy with sys.setswitchinterval(0.0005)
@@ -110,6 +112,8 @@ class Sample:
     total: list[float] = field(default_factory=list)
     first_byte: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
+    # Between consecutive chunks of a response as the client read them (streams: the token rhythm).
+    gaps: list[float] = field(default_factory=list)
     wall: float = 0.0
     # CPU milliseconds per request (warm-up included) of the path's own proxy process.
     proxy_cpu_ms: float = float("nan")
@@ -127,11 +131,15 @@ def pct(values: Sequence[float], q: float) -> float:
 async def one_request(client: httpx.AsyncClient, url: str, key: str, body: bytes, sample: Sample) -> None:
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
     start = time.perf_counter()
-    first = None
+    first = last = None
     async with client.stream("POST", url, content=body, headers=headers) as resp:
         async for _ in resp.aiter_raw():
+            now = time.perf_counter()
             if first is None:
-                first = time.perf_counter()
+                first = now
+            elif last is not None:
+                sample.gaps.append(now - last)
+            last = now
         status = resp.status_code
     end = time.perf_counter()
     sample.total.append(end - start)
@@ -230,10 +238,12 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def engine_throughput(bodies: Sequence[bytes], seconds: float) -> tuple[float, float]:
-    """Requests per second through parse_request + Engine.analyse, then through the proxy's whole
-    request hook (EngineAnalyzer.request: + attribution, live rules, metrics)."""
-    from cachewarden.proxy.engine.adapters import load_body, parse_request
+    """Requests per second through reading (as the proxy reads: from where each body parts from its
+    conversation's previous one) + Engine.analyse, then through the proxy's whole request hook
+    (EngineAnalyzer.request: + attribution, live rules, metrics)."""
+    from cachewarden.proxy.engine.adapters import load_body
     from cachewarden.proxy.engine.engine import Engine
+    from cachewarden.proxy.engine.reading import ConversationReader
     from cachewarden.proxy.server.analysis import EngineAnalyzer
     from cachewarden.proxy.server.hooks import Flow, Timings
     from cachewarden.proxy.server.live_rules import LiveRules
@@ -247,10 +257,10 @@ def engine_throughput(bodies: Sequence[bytes], seconds: float) -> tuple[float, f
             step(done, bodies[done])
         return done / (time.perf_counter() - start)
 
-    engine = Engine()
+    engine, reader = Engine(), ConversationReader()
 
     def analyse(i: int, body: bytes) -> None:
-        engine.analyse(parse_request(load_body(body), "openai-chat"), tenant="bench")
+        engine.analyse(reader.parse(load_body(body), "openai-chat", tenant="bench"), tenant="bench")
 
     analyzer = EngineAnalyzer(Engine(), Metrics(64), LiveRules())
 
@@ -283,14 +293,20 @@ def _ms(value: float, width: int, sign: bool = False) -> str:
 def table(results: dict[str, dict[str, Sample]]) -> list[tuple[str, float, float, float]]:
     """Prints the table; returns (scenario, cachewarden added p50 ms, ratio to bare p50, at p99)."""
     print(
-        f"{'scenario':<24}{'path':<12}{'p50 ms':>8}{'p99 ms':>9}{'+p50':>9}{'+p99':>10}"
+        f"{'scenario':<30}{'path':<12}{'p50 ms':>8}{'p99 ms':>9}{'+p50':>9}{'+p99':>10}"
         f"{'cw/bare':>8}{'CPU ms/req':>11}{'req/s':>7}"
     )
     goals = []
     for name, samples in results.items():
-        views = [(name, False)] + ([(name + " TTFB", True)] if "stream" in name else [])
-        for label, fb in views:
-            values = {p: samples[p].first_byte if fb else samples[p].total for p in PATHS}
+        views = [(name, "total")] + (
+            [(name + " TTFB", "first"), (name + " chunk gap", "gap")] if "stream" in name else []
+        )
+        for label, view in views:
+            fb = view != "total"
+            values = {
+                p: {"total": samples[p].total, "first": samples[p].first_byte, "gap": samples[p].gaps}[view]
+                for p in PATHS
+            }
             p50 = {p: pct(values[p], 50) for p in PATHS}
             p99 = {p: pct(values[p], 99) for p in PATHS}
             add50 = {p: p50[p] - p50["direct"] for p in PATHS}
@@ -299,7 +315,7 @@ def table(results: dict[str, dict[str, Sample]]) -> list[tuple[str, float, float
             ratio99 = add99["cachewarden"] / add99["bare"] if add99["bare"] > 0 else float("inf")
             for p in PATHS:
                 s = samples[p]
-                row = f"{label:<24}{p:<12}{_ms(p50[p], 8)}{_ms(p99[p], 9)}"
+                row = f"{label:<30}{p:<12}{_ms(p50[p], 8)}{_ms(p99[p], 9)}"
                 row += f"{'':>19}" if p == "direct" else f"{_ms(add50[p], 9, True)}{_ms(add99[p], 10, True)}"
                 row += f"{ratio50:7.2f}x" if p == "cachewarden" else f"{'':>8}"
                 row += _ms(s.proxy_cpu_ms, 11) if not fb else f"{'':>11}"
@@ -409,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ("" if errors == 0 else "  <-- MUST BE 0")
     )
     print(
-        f"engine in-process on the same workload: parse_request + Engine.analyse {engine_rps:.0f} req/s "
+        f"engine in-process on the same workload: reading + Engine.analyse {engine_rps:.0f} req/s "
         f"({1000 / engine_rps:.2f} ms); whole request hook (EngineAnalyzer.request) {hook_rps:.0f} req/s "
         f"({1000 / hook_rps:.2f} ms)"
     )
