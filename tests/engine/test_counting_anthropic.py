@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from cachewarden.proxy.engine.adapters import parse_request
-from cachewarden.proxy.engine.adapters.anthropic import LOADED_TOOL_TOKENS
 from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.models import load_model_table
 
@@ -76,11 +75,11 @@ def test_deferred_tool_costs_nothing_until_referenced() -> None:
 def test_tool_reference_loads_the_deferred_definition() -> None:
     deferred = {**RATE, "defer_loading": True}
     reference = {"type": "tool_reference", "tool_name": "get_exchange_rate"}
-    # The definition (without defer_loading) is counted where the reference is, plus what loading
-    # a tool costs beyond its JSON (LOADED_TOOL_TOKENS, measured on held-out dev requests).
+    # The definition (without defer_loading) is counted where the reference is.
     inline = {"type": "text", "text": json.dumps(RATE, separators=(",", ":"), ensure_ascii=False)}
     loaded = stream(body([WEATHER, deferred], found(reference)))
-    assert loaded == stream(body([WEATHER, deferred], found(inline))) + LOADED_TOOL_TOKENS
+    assert loaded == stream(body([WEATHER, deferred], found(inline)))
+    assert loaded > stream(body([WEATHER, deferred], found({"type": "text", "text": "-"}))) + 20
     # A reference to a tool that is not deferred loads nothing: it is the block's JSON.
     as_json = {"type": "text", "text": json.dumps(reference, separators=(",", ":"))}
     assert stream(body([WEATHER, RATE], found(reference))) == stream(body([WEATHER, RATE], found(as_json)))
@@ -107,9 +106,11 @@ def test_recorded_tool_search_requests(source: str) -> None:
     assert any(t.get("defer_loading") for t in req["tools"])
     counted = count(req, rec.get("response_model"))
     # Counting every tool in the tools section was 8.6% (887) / 5.4% (950) over. Not referenced, the
-    # deferred tool costs nothing; loaded by a reference, its JSON and LOADED_TOOL_TOKENS (without
-    # these: 922 for 950). Both estimates are now within 1%.
-    assert abs(counted - rec["total_input_tokens"]) <= 0.01 * rec["total_input_tokens"]
+    # deferred tool costs nothing and the estimate is within 1%; loaded by a reference it is still
+    # under-counted (922 for 950: on the dev records a loaded tool costs 14-33 stream tokens more than
+    # its JSON; a constant for it would be fitted on held-out records, so it is not modelled), within 3%.
+    tolerance = 0.01 if source == NOT_REFERENCED else 0.03
+    assert abs(counted - rec["total_input_tokens"]) <= tolerance * rec["total_input_tokens"]
     if source == NOT_REFERENCED:
         kept = {**req, "tools": [t for t in req["tools"] if not t.get("defer_loading")]}
         assert counted == count(kept, rec.get("response_model"))

@@ -45,10 +45,6 @@ IMAGE_PIXELS_PER_TOKEN = 750
 # Enough base64 to reach a JPEG's SOF marker past typical EXIF/ICC headers, small enough to stay cheap.
 JPEG_HEADER_B64_CHARS = 96 * 1024
 
-# A deferred tool loaded by a tool_reference costs this many stream tokens beyond its definition's
-# JSON (the median of 8 held-out dev requests of Sonnet 4.5 / 4.6 with a reference, 14 to 33).
-LOADED_TOOL_TOKENS = 20
-
 PARAM_OBJECTS = ("tool_choice", "thinking", "context_management", "output_config", "output_format")
 
 
@@ -171,7 +167,6 @@ def _flatten(value: Any, path: str, flags: _Flags) -> tuple[str, int]:
         elif kind == "tool_reference" and (loaded := flags.deferred(block.get("tool_name"))) is not None:
             # A deferred tool found by a tool search: its definition is loaded here, where it is referenced.
             texts.append(loaded)
-            fixed += LOADED_TOOL_TOKENS
         else:
             texts.append(compact(strip_meta(block)))
     return "\n".join(texts), fixed
