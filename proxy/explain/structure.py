@@ -16,7 +16,8 @@ The messages area (``history``) and the request-wide reasons (``model_params``) 
 from __future__ import annotations
 
 import json
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter, is_
@@ -62,11 +63,32 @@ _KIND = attrgetter("kind")
 _MESSAGE_INDEX = attrgetter("message_index")
 
 
+# The areas of the latest prompts, by their segments (held, so that the id stays theirs): a request's
+# previous prompt was the next one of the pair before, so each prompt is scanned once.
+_AREAS_HELD = 64
+_areas_memo: OrderedDict[int, tuple[tuple[Segment, ...], dict[str, Sequence[int]]]] = OrderedDict()
+_areas_lock = threading.Lock()
+
+
 def _areas(prompt: Prompt) -> dict[str, Sequence[int]]:
+    """Segment indexes per area (memoised per prompt: see ``_areas_memo``)."""
+    segs = prompt.segments
+    with _areas_lock:
+        held = _areas_memo.get(id(segs))
+    if held is not None and held[0] is segs:
+        return held[1]
+    areas = _scan_areas(segs)
+    with _areas_lock:
+        _areas_memo[id(segs)] = (segs, areas)
+        while len(_areas_memo) > _AREAS_HELD:
+            _areas_memo.popitem(last=False)
+    return areas
+
+
+def _scan_areas(segs: tuple[Segment, ...]) -> dict[str, Sequence[int]]:
     """Segment indexes per area. The messages area is a range when nothing but messages follows the
     first one (what every adapter produces), found with C-speed scans: a long history costs no
     Python loop over its segments."""
-    segs = prompt.segments
     first = next((i for i, seg in enumerate(segs) if _area_labels([seg]) == ["messages"]), len(segs))
     head = _area_labels(segs[:first])
     rest = segs[first:]

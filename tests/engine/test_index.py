@@ -12,6 +12,7 @@ import cachewarden.proxy.engine.index.trie as trie_mod
 import pytest
 from cachewarden.proxy.engine.index.base import IndexStats, Match, PrefixIndex
 from cachewarden.proxy.engine.index.memory import MemoryIndex
+from cachewarden.proxy.engine.index.query import _query
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -514,3 +515,25 @@ def test_threads_leave_it_consistent() -> None:
     index._assert_consistent()
     assert index.stats().tokens <= 500
     assert not math.isnan(index.stats().tokens)
+
+
+def test_a_growing_conversation_keeps_a_few_runs() -> None:
+    """An insert refreshes its path run by run: conversations that each grow by a turn, beside each
+    other under one system prompt, keep a few runs each (their refresh costs no walk of the history),
+    and what they predict is what the reference predicts."""
+    index, ref = MemoryIndex(block_size=4), Reference()
+    system = list(range(1000, 1037))  # not a multiple of the block size: conversations part mid-block
+    conversations = {c: [*system, 5000 + c] for c in range(6)}
+    for turn in range(60):
+        for c, tokens in conversations.items():
+            tokens.extend([7000 + c, turn, turn + 1])
+            now = float(turn * 10 + c)
+            assert index.lookup("s", tokens, now=now, ttl=30).common_prefix_tokens == (
+                ref.lookup("s", tokens, now, 30).live
+            )
+            ref.insert("s", tokens, now, index.insert("s", tokens, now=now))
+            # The runs along the path just refreshed: the shared system prompt's and the
+            # conversation's own (old partial tails stay beside the path as runs of their own).
+            path = index._held("s", index._roots["s"], _query(tuple(tokens), 4), len(tokens) // 4)
+            assert len({id(node.stamp) for node in path}) <= 3, turn
+    index._assert_consistent()

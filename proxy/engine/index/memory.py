@@ -14,7 +14,9 @@ in a small burst trie (``_Fan`` in ``trie``) keyed by the token at each depth, s
 children (many tails diverging mid-block after a shared system prompt) still costs a few dict
 probes, not a scan.
 
-What is held, in which order and how it is trimmed to the caps lives in ``lru`` (``_Held``, the
+What is held, in which order, how an inserted path is refreshed (run by run, not block by block:
+a conversation's next prompt costs its runs and new blocks, not its length) and how it is trimmed
+to the caps lives in ``lru`` (``_Held``, the
 base class of ``MemoryIndex``). The interface every backend shares (``PrefixIndex``, ``Match``,
 ``IndexStats``, ``NO_MATCH``) lives in ``base``; this module re-exports it, so that importing it
 from here keeps working.
@@ -30,16 +32,15 @@ import math
 import threading
 from array import array
 from bisect import bisect_right
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from itertools import compress, repeat
-from operator import attrgetter, is_, not_
+from operator import attrgetter
 from typing import cast
 
 from .base import NO_MATCH, IndexStats, Match, PrefixIndex
 from .lru import _Held
 from .query import _packed, _Query, _query
-from .trie import _bump_newest, _Entry, _extend, _Fan, _fan_add, _Node, _pack
+from .trie import _Entry, _extend, _Fan, _fan_add, _Node, _pack, _Stamp
 
 __all__ = ["NO_MATCH", "IndexStats", "Match", "MemoryIndex", "PrefixIndex"]
 
@@ -57,11 +58,6 @@ def _threshold(now: float, ttl: float) -> float:
 
 
 _PARENT = attrgetter("parent")
-_KIDS = attrgetter("kids")
-_NEWEST = attrgetter("newest")
-_SPLIT = attrgetter("split")
-_KEY = attrgetter("key")
-_LAST_SEEN = attrgetter("last_seen")
 _TOKENS = attrgetter("tokens")
 _ITEMSIZE = attrgetter("itemsize")
 
@@ -161,14 +157,15 @@ class MemoryIndex(_Held):
                 return entry_id if entry_id is not None else self._new_id()
             root = self._roots.get(scope)
             if root is None:
-                root = self._roots[scope] = _Node(_scope_key(scope), None, array("i"), now)
+                # A root is in no run: nothing evicts it but its last child leaving.
+                root = self._roots[scope] = _Node(_scope_key(scope), None, array("i"), _Stamp(now, None, []))
                 self._root_scope[root] = scope
             q = _query(toks, self._bs)
-            path = self._build(scope, root, q, now)
+            fresh = _Stamp(now, None, [])
+            path = self._build(scope, root, q, now, fresh)
             entry = self._entry_for(path[-1], len(toks), entry_id, now) if path else None
             eid = entry.id if entry else (entry_id if entry_id is not None else self._new_id())
-            if not self._refresh_all(path, now, entry):
-                self._refresh_each(path, now, entry)
+            self._refresh(path, fresh, now, entry)
             self._trim(now)
             # The full blocks, for the marks of this prompt (checked for evictions when reused), and for
             # the next prompt of the scope to adopt (tuples only: a list may change in between).
@@ -239,52 +236,6 @@ class MemoryIndex(_Held):
 
     # -- internals ----------------------------------------------------------------------------------
 
-    def _refresh_all(self, path: list[_Node], now: float, entry: _Entry | None) -> bool:
-        """``_refresh_each`` with C-level maps instead of a Python loop, for the usual case: nothing on
-        the path or beside it was seen after ``now`` (time only moves on). A path of a long
-        conversation is thousands of blocks; this way refreshing it costs little more than its new ones.
-        Returns False (nothing changed) when the case does not hold."""
-        if not path:
-            return True
-        fans = list(map(_KIDS, map(_PARENT, path)))
-        newest = max(map(_LAST_SEEN, filter(None, map(_NEWEST, fans))), default=-math.inf)
-        if newest > now or max(map(_LAST_SEEN, path)) > now:
-            return False
-        n = len(path)
-        deque(map(setattr, path, repeat("last_seen", n), repeat(now, n)), maxlen=0)
-        deque(map(setattr, path, repeat("entry", n), repeat(entry, n)), maxlen=0)
-        # An unsplit fan's newest child is the path's node now; a split one keeps one per sub-fan.
-        splits = list(map(_SPLIT, fans))
-        unsplit = list(map(is_, splits, repeat(None, n)))
-        deque(map(setattr, compress(fans, unsplit), repeat("newest"), compress(path, unsplit)), maxlen=0)
-        if not all(unsplit):
-            deque(map(_bump_newest, compress(path, map(not_, unsplit))), maxlen=0)
-        # Leaf first, so that each parent lands after its children in the LRU order.
-        deque(map(self._nodes.move_to_end, map(_KEY, reversed(path))), maxlen=0)
-        return True
-
-    def _refresh_each(self, path: list[_Node], now: float, entry: _Entry | None) -> None:
-        """Refresh a path just inserted: times, the entry that went through it, newest children, LRU."""
-        # Leaf first, so that each parent lands after its children in the LRU order.
-        move = self._nodes.move_to_end
-        for node in reversed(path):
-            if now >= node.last_seen:
-                node.last_seen = now
-                node.entry = entry
-            elif node.entry is None:
-                node.entry = entry
-            parent = node.parent
-            assert parent is not None and parent.kids is not None  # held nodes have a parent
-            kids = parent.kids
-            if kids.split is None:
-                # _bump_newest for an unsplit fan (the common case), inline.
-                newest = kids.newest
-                if newest is None or node.last_seen >= newest.last_seen:
-                    kids.newest = node
-            else:
-                _bump_newest(node)
-            move(node.key)
-
     def _new_id(self) -> str:
         return f"e{next(self._ids)}"
 
@@ -342,8 +293,9 @@ class MemoryIndex(_Held):
                 return i
         return n
 
-    def _build(self, scope: str, root: _Node, q: _Query, now: float) -> list[_Node]:
-        """Nodes of every block of the query (the last one may be partial), created where missing."""
+    def _build(self, scope: str, root: _Node, q: _Query, now: float, fresh: _Stamp) -> list[_Node]:
+        """Nodes of every block of the query (the last one may be partial), created where missing
+        (into the run ``fresh``)."""
         path = self._held(scope, root, q, q.full)
         cur = path[-1] if path else root
         path = list(path)
@@ -354,7 +306,10 @@ class MemoryIndex(_Held):
             node = nodes.get(key)
             if node is None:
                 packed = _pack(block)
-                node = _Node(key, cur, packed, now)
+                node = _Node(key, cur, packed, fresh)
+                node.pos = len(fresh.nodes)
+                fresh.nodes.append(node)
+                fresh.end += 1
                 nodes[key] = node
                 self._tokens += len(packed)
                 if cur.kids is None:

@@ -33,21 +33,57 @@ class _Entry:
         self.last_used = now
 
 
+class _Stamp:
+    """When a run of nodes was last seen, and the latest prompt that went through it.
+
+    A run is a stretch of one path, top down (``nodes[start:end]``), refreshed together: an insert
+    that goes through a whole run updates its stamp once instead of every node (a conversation's
+    next prompt goes through its previous one's run: the cost of a refresh does not grow with the
+    conversation). An insert that goes through only the top of a run splits it; the smaller side
+    moves to a stamp of its own. ``seq`` orders stamps touched at the same time for eviction.
+    """
+
+    __slots__ = ("end", "entry", "nodes", "seq", "start", "t")
+
+    def __init__(self, t: float, entry: _Entry | None, nodes: list[_Node]) -> None:
+        self.t = t
+        self.entry = entry
+        self.nodes = nodes
+        self.start = 0
+        self.end = len(nodes)
+        self.seq = 0
+
+    def adopt(self, first: int = 0) -> None:
+        """Make ``nodes`` (from ``first`` on) point to this stamp, at their positions."""
+        for i in range(first, len(self.nodes)):
+            node = self.nodes[i]
+            node.stamp, node.pos = self, i
+
+
 class _Node:
     """One distinct block. ``entry`` is the most recent prompt that went through it (for Match),
-    ``ends`` the prompt that ends exactly here (so identical prompts reuse one entry)."""
+    ``ends`` the prompt that ends exactly here (so identical prompts reuse one entry). Its time and
+    entry are its run's (``_Stamp``), at ``pos`` in the run."""
 
-    __slots__ = ("ends", "entry", "key", "kids", "last_seen", "marks", "parent", "tokens")
+    __slots__ = ("ends", "key", "kids", "marks", "parent", "pos", "stamp", "tokens")
 
-    def __init__(self, key: int, parent: _Node | None, tokens: array[int], now: float) -> None:
+    def __init__(self, key: int, parent: _Node | None, tokens: array[int], stamp: _Stamp) -> None:
         self.key = key
         self.parent = parent
         self.tokens = tokens
-        self.last_seen = now
+        self.stamp = stamp
+        self.pos = 0
         self.kids: _Fan | None = None
-        self.entry: _Entry | None = None
         self.ends: _Entry | None = None
         self.marks: dict[tuple[int, ...], float] | None = None
+
+    @property
+    def last_seen(self) -> float:
+        return self.stamp.t
+
+    @property
+    def entry(self) -> _Entry | None:
+        return self.stamp.entry
 
 
 class _Fan:
