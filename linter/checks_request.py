@@ -15,6 +15,7 @@ from .context import Context
 from .findings import Edit, Hit
 from .frequency import message_args, severity
 from .literals import find_literal
+from .tokens import model_info
 from .tree import Node
 
 _VOLATILE_CODE = {"timestamp": "CW101", "unique-id": "CW102"}
@@ -33,10 +34,49 @@ class Block:
     text: str
 
 
+# Every top-level parameter of the chat / messages / responses APIs (and the SDKs' extras): a body
+# with any other key is some other document that holds a conversation (a saved agent state, an
+# eval case), which the providers would reject with a 400 if it were sent.
+_REQUEST_PARAMS = frozenset(
+    {"//", "$schema", "model", "messages", "input", "system", "instructions", "tools", "tool_choice"}
+    | {"functions", "function_call", "max_tokens", "max_completion_tokens", "max_output_tokens"}
+    | {"temperature", "top_p", "top_k", "n", "stream", "stream_options", "stop", "stop_sequences"}
+    | {"presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "user"}
+    | {"seed", "response_format", "text", "reasoning", "reasoning_effort", "metadata", "store"}
+    | {"parallel_tool_calls", "previous_response_id", "include", "truncation", "service_tier"}
+    | {"prompt_cache_key", "prompt_cache_retention", "safety_identifier", "modalities", "audio"}
+    | {"prediction", "web_search_options", "thinking", "betas", "container", "mcp_servers"}
+    | {"context_management", "anthropic_version", "anthropic_beta", "extra_headers", "extra_body"}
+    | {"extra_query", "timeout", "verbosity", "background", "conversation", "prompt", "max_tool_calls"}
+    | {"cache_control", "output_format", "output_config", "service_level", "top_a", "min_p"}
+)
+_CONVERSATION = ("messages", "input", "system", "instructions")
+
+
+def document_kind(root: Node) -> str | None:
+    """What a JSON / YAML file holds, by its shape: "request" (a body with a conversation and only
+    request parameters), "tools" (tool definitions in a provider's format), else None (data that
+    is never sent as it is: a server's tool list with ids, a saved agent state, a fixture)."""
+    if root.kind == "array":
+        return "tools" if _tools(root) else None
+    if root.kind != "object":
+        return None
+    keys = {k for k, _, _ in root.members}
+    if keys & set(_CONVERSATION):
+        return "request" if keys <= _REQUEST_PARAMS else None
+    if _tools(root):
+        return "tools" if keys <= _REQUEST_PARAMS or root.get("tools") is None else None
+    return None
+
+
 def provider_of(root: Node, model: str | None) -> str:
     if root.get("input") is not None and root.get("messages") is None:
         return "openai-responses"
-    if root.get("system") is not None or (model or "").startswith("claude") or "anthropic" in (model or ""):
+    if (model or "").startswith("claude") or "anthropic" in (model or ""):
+        return "anthropic"
+    # A top-level `system` is Anthropic's format, unless the model is one the table knows under
+    # another tokenizer (`gpt-4` with `system`: some other tool's document, not a Messages body).
+    if root.get("system") is not None and (not model or model_info(model, "anthropic").tokenizer == "claude"):
         return "anthropic"
     return "openai-chat"
 
@@ -54,11 +94,27 @@ def _text(node: Node) -> str:
     return "\n".join(s.value for s in _strings(node))
 
 
+def _provider_tool(node: Node) -> bool:
+    """A tool as a provider takes it: OpenAI ``{"type": "function", "function": {...}}`` or the
+    Responses flat form, Anthropic ``{"name", "input_schema"}`` or a server tool (``type`` + ``name``),
+    legacy ``functions`` (``{"name", "parameters"}``). A server's own tool records (ids, source
+    code, a ``json_schema`` field) are not."""
+    if node.kind != "object":
+        return False
+    function = node.get("function")
+    if function is not None and function.kind == "object":
+        return True
+    name = node.get("name")
+    return (
+        name is not None
+        and name.kind == "string"
+        and any(node.get(k) is not None for k in ("parameters", "input_schema", "type"))
+    )
+
+
 def _tools(root: Node) -> list[Node]:
     if root.kind == "array":
-        return [
-            t for t in root.items if t.kind == "object" and (t.get("name") or t.get("function")) is not None
-        ]
+        return [t for t in root.items if _provider_tool(t)]
     tools = root.get("tools")
     if tools is not None and tools.kind == "array":
         return [t for t in tools.items if t.kind == "object"]

@@ -13,7 +13,7 @@ from .context import Context
 from .findings import Edit, Hit, Severity
 from .frequency import message_args, severity
 from .sources import find_beside
-from .template_scan import Loop, Piece, Scan, dotted, sorted_chain
+from .template_scan import OPAQUE_TEMPLATE, Loop, Piece, Scan, dotted, sorted_chain
 from .vocab import ISO_DATETIME, RFC_DATETIME, words
 
 _VOLATILE_CODE = {"timestamp": "CW101", "unique-id": "CW102", "random": "CW103"}
@@ -69,6 +69,8 @@ def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, 
 def _include_tokens(ctx: Context, name: str) -> int:
     """Tokens of an included template, looked up beside this one and in the folders above it; one
     that cannot be found still counts as static text (the least that makes a value before it matter)."""
+    if name == OPAQUE_TEMPLATE:
+        return limits.VOLATILE_TAIL_TOKENS
     found = find_beside(os.path.dirname(os.path.abspath(ctx.source.path)), name if name != "?" else "")
     return ctx.tokens(found[1]) if found is not None else limits.VOLATILE_TAIL_TOKENS
 
@@ -78,7 +80,10 @@ def _volatile(pieces: list[Piece], after: list[int]) -> Iterator[Hit]:
         if piece.static or piece.volatile is None:
             continue
         if after[i + 1] >= limits.VOLATILE_TAIL_TOKENS:
-            args = {"value": piece.label, **message_args(piece.frequency, after[i + 1])}
+            # A field of a template loaded at run time: how much of it follows is not known here.
+            opaque = any(p.include == OPAQUE_TEMPLATE for p in pieces[i + 1 :])
+            tokens: int | str = "an unknown number of" if opaque else after[i + 1]
+            args = {"value": piece.label, **message_args(piece.frequency, tokens)}
             code = _VOLATILE_CODE[piece.volatile]
             yield Hit(code, piece.start, piece.end, args, severity=severity(piece.frequency))
 

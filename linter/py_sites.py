@@ -87,6 +87,7 @@ _NOT_TEXT = frozenset(
 _PROMPT_VERB = frozenset(
     {"for", "user", "yes", "confirm", "input", "choice", "select", "continue", "password"}
 )
+_MESSAGE_TEXT = frozenset({"content", "message", "text"})
 _LANGCHAIN_TEMPLATES = frozenset({"from_messages", "from_template", "PromptTemplate", "ChatPromptTemplate"})
 
 
@@ -283,6 +284,13 @@ def _call_sites(module: PyModule, node: ast.Call, provider: str | None) -> Itera
                         )
             elif name != "from_messages":
                 yield Site(arg, placeholders=True)
+    role = next((k.value for k in node.keywords if k.arg == "role"), None)
+    if isinstance(role, ast.Constant) and role.value in ("system", "developer") and provider is None:
+        # `format_chat_message(role="system", message=...)`, `ChatMessage(role="system", content=...)`:
+        # a helper or class that makes a message of the role it is given.
+        for k in node.keywords:
+            if k.arg in _MESSAGE_TEXT:
+                yield Site(k.value, system=True)
     for k in node.keywords:
         if k.arg and _prompt_name(k.arg) and provider is None:
             yield Site(k.value, system=_is_system(k.arg))

@@ -314,3 +314,64 @@ def callee(node: ast.Call) -> str:
 
 def keyword(node: ast.Call, name: str) -> ast.keyword | None:
     return next((k for k in node.keywords if k.arg == name), None)
+
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def local_function(module: PyModule, call: ast.Call) -> Function | None:
+    """The function of this module that ``f(...)`` (module level) or ``self.f(...)`` / ``cls.f(...)``
+    (a method of the class the call is written in) runs, else None."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        if func.id not in module.functions:
+            return None
+        chain = module.resolve(func)
+        # A parameter or local name of the same spelling shadows the module's function.
+        if chain and not isinstance(chain[0].stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        return module.functions[func.id]
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return None
+    if func.value.id not in ("self", "cls"):
+        return None
+    owner = next((a for a in module.ancestors(call) if isinstance(a, ast.ClassDef)), None)
+    if owner is None:
+        return None
+    for stmt in owner.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == func.attr:
+            return stmt
+    return None
+
+
+def return_value(func: Function) -> ast.expr | None:
+    """The value of a function's last ``return`` in the source (not counting nested functions)."""
+    returns: list[ast.Return] = []
+    stack: list[ast.AST] = list(func.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            returns.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    last = max(returns, key=lambda r: (r.lineno, r.col_offset), default=None)
+    return last.value if last is not None else None
+
+
+def call_arguments(func: Function, call: ast.Call) -> dict[str, ast.expr]:
+    """Parameter name → the argument a call passes for it (``self`` / ``cls`` of a method called
+    through an attribute are not passed; ``*args`` / ``**kwargs`` are not followed)."""
+    params = [*func.args.posonlyargs, *func.args.args]
+    if isinstance(call.func, ast.Attribute) and params and params[0].arg in ("self", "cls"):
+        params = params[1:]
+    passed: dict[str, ast.expr] = {}
+    for param, arg in zip(params, call.args, strict=False):
+        if isinstance(arg, ast.Starred):
+            break
+        passed[param.arg] = arg
+    names = {p.arg for p in (*params, *func.args.kwonlyargs)}
+    for k in call.keywords:
+        if k.arg in names:
+            passed[k.arg] = k.value
+    return passed

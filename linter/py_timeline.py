@@ -2,9 +2,15 @@
 
 The timeline is the template reader's (``template_scan.Piece``), so the template rules run on it
 unchanged. Text is followed through string literals, f-strings, ``+``, ``%``, ``str.format``,
-``str.join``, ``textwrap.dedent`` / ``.strip()``, local names (``prompt = ...; prompt += ...``) and
-module-level functions that return text; anything else is one value, classified by what it calls
-and the names it reads (``datetime.now()``, ``uuid4()``, ``request_id``, ``user.email``).
+``str.join``, ``textwrap.dedent`` / ``.strip()``, ``"text" * n``, local names (``prompt = ...;
+prompt += ...``), and functions and methods (``self.compose(...)``) of the module that return text,
+their parameters bound to what the call passes; anything else is one value, classified by what it
+calls and the names it reads (``datetime.now()``, ``uuid4()``, ``request_id``, ``user.email``). A
+template loaded at run time and filled with ``.format`` (``self.instruction_template.format(...)``)
+is its arguments, each followed by template text of unknown length.
+
+The module is long because each of these ways of building text is a short reader of its own, and
+they call one another (an f-string's field can be a ``.format`` call of a function's return value).
 
 Besides the timeline it reports what the template rules cannot see in Python: JSON serialised
 without ``sort_keys`` (CW201, with a fix) and sets or dict views iterated into the text (CW202).
@@ -22,9 +28,10 @@ from dataclasses import replace
 from .findings import Hit
 from .py_imports import imported_function
 from .py_order import order_hits
-from .py_source import Binding, PyModule, callee
+from .py_source import Binding, PyModule, call_arguments, callee, dotted, local_function, return_value
 from .py_values import Values
-from .template_scan import Piece, Scan, field_piece
+from .template_scan import OPAQUE_TEMPLATE, Piece, Scan, field_piece
+from .vocab import words
 
 MAX_DEPTH = 8
 MAX_NESTED_MODULES = 3  # a function of another module calling into a third, and a fourth
@@ -49,7 +56,10 @@ class Timeline:
         self.hits: list[Hit] = []
         self._depth = 0
         self._expanding: set[int] = set()
-        self._values = Values(module, self._expanding, self.hits)
+        # id(function) -> its parameters' arguments, while a call of a function of this module is
+        # followed: a parameter is then the value the call passes (`compose(context=now_str())`).
+        self._params: dict[int, dict[str, ast.expr]] = {}
+        self._values = Values(module, self._expanding, self.hits, self._params)
 
     # --- text ------------------------------------------------------------------------------------
 
@@ -85,6 +95,9 @@ class Timeline:
             self.text(expr.right)
         elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and _is_str(expr.left):
             self._percent(expr)
+        elif (repeated := _repeated(expr)) is not None:
+            start, end = self.m.span(expr)
+            self.scan.pieces.append(Piece(True, start, end, text=repeated[0] * repeated[1]))
         elif isinstance(expr, ast.Call):
             self._call(expr)
         elif isinstance(expr, ast.Name):
@@ -168,7 +181,8 @@ class Timeline:
     def _field(
         self, arg: ast.expr | None, name: str, start: int = -1, end: int = -1, spec_text: str = ""
     ) -> None:
-        if arg is not None and not spec_text and self._text_name(arg):
+        passed = isinstance(arg, ast.Name) and self._passed(arg, self.m.resolve(arg)) is not None
+        if arg is not None and not spec_text and (passed or self._text_name(arg)):
             saved, self.placeholders = self.placeholders, False  # an argument is text, not a template
             try:
                 self.text(arg)
@@ -201,18 +215,41 @@ class Timeline:
         if isinstance(func, ast.Attribute) and name in _TEXT_METHODS and _builds_text(func.value):
             self.text(func.value)
             return
-        local = self.m.functions.get(func.id) if isinstance(func, ast.Name) else None
-        returned = _return_value(local) if local is not None else None
-        if returned is not None and id(local) not in self._expanding:
-            self._expanding.add(id(local))
-            try:
-                self.text(returned)
-            finally:
-                self._expanding.discard(id(local))
+        if self._local(node) or self._borrow(node):
             return
-        if self._borrow(node):
+        if name == "format" and isinstance(func, ast.Attribute) and _template_name(func.value):
+            self._opaque_format(node)
             return
         self.value(node)
+
+    def _local(self, call: ast.Call) -> bool:
+        """A function or method of this module: the text it returns, its parameters bound to what
+        this call passes."""
+        func = local_function(self.m, call)
+        returned = return_value(func) if func is not None else None
+        if func is None or returned is None or id(func) in self._expanding:
+            return False
+        self._expanding.add(id(func))
+        saved = self._params.get(id(func))
+        self._params[id(func)] = call_arguments(func, call)
+        try:
+            self.text(returned)
+        finally:
+            self._expanding.discard(id(func))
+            if saved is None:
+                del self._params[id(func)]
+            else:
+                self._params[id(func)] = saved
+        return True
+
+    def _opaque_format(self, call: ast.Call) -> None:
+        """``self.instruction_template.format(CONTEXT=...)`` with the template loaded at run time (a
+        YAML or text file): each argument fills a field somewhere in it, with template text after it
+        unless it is the last field, which cannot be seen from here."""
+        start = self.m.span(call)[1]
+        for arg in (*call.args, *(k.value for k in call.keywords if k.arg)):
+            self._field(arg, "")
+            self.scan.pieces.append(Piece(True, start, start, include=OPAQUE_TEMPLATE))
 
     def _borrow(self, call: ast.Call) -> bool:
         """A function of another module of the tree: its text, placed at the call (the offsets of
@@ -253,6 +290,16 @@ class Timeline:
 
     def _name(self, node: ast.Name) -> None:
         chain = self.m.resolve(node)
+        passed = self._passed(node, chain)
+        if passed is not None:
+            saved, self.placeholders = self.placeholders, False  # an argument is text, not a template
+            self._expanding.add(id(passed))
+            try:
+                self.text(passed)
+            finally:
+                self._expanding.discard(id(passed))
+                self.placeholders = saved
+            return
         if (
             chain
             and chain[0].op == "="
@@ -268,6 +315,13 @@ class Timeline:
             return
         self.value(node)
 
+    def _passed(self, node: ast.Name, chain: list[Binding] | None) -> ast.expr | None:
+        """The argument a followed call passes for parameter ``node``, else None."""
+        if not chain or chain[0].op or not isinstance(chain[0].stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        passed = self._params.get(id(chain[0].stmt), {}).get(node.id)
+        return passed if passed is not None and id(passed) not in self._expanding else None
+
     def _loops(self, binding: Binding) -> Iterator[ast.For | ast.AsyncFor]:
         """The loops a ``prompt += ...`` sits in, up to its function."""
         for parent in self.m.ancestors(binding.stmt):
@@ -280,8 +334,9 @@ class Timeline:
 
     def value(self, expr: ast.expr, spec: ast.expr | None = None, spec_text: str = "") -> None:
         """One value in the text (``py_values`` says whether it is volatile)."""
-        if isinstance(expr, ast.Call) and spec is None and not spec_text and self._borrow(expr):
-            return  # `f"{environment_block()}..."` with the function in another module
+        plain = isinstance(expr, ast.Call) and spec is None and not spec_text
+        if plain and (self._local(expr) or self._borrow(expr)):  # type: ignore[arg-type]
+            return  # `f"{environment_block()}..."`: the text the function returns
         if spec is not None:
             spec_text = "".join(
                 p.value
@@ -295,35 +350,44 @@ def _is_str(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
+def _repeated(node: ast.expr) -> tuple[str, int] | None:
+    """``"text " * 3``: a literal repeated a literal number of times."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+        return None
+    text, count = (node.left, node.right) if _is_str(node.left) else (node.right, node.left)
+    if _is_str(text) and isinstance(count, ast.Constant) and type(count.value) is int:
+        return str(text.value), min(max(count.value, 0), 10_000)  # type: ignore[attr-defined]
+    return None
+
+
 def _builds_text(node: ast.expr | None) -> bool:
     """Whether an expression's value is text we can follow (else it is one value)."""
     if node is None:
         return False
+    if _repeated(node) is not None:
+        return True
     if _is_str(node) or isinstance(node, ast.JoinedStr):
         return True
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mod):
         return _builds_text(node.left) or (isinstance(node.op, ast.Add) and _builds_text(node.right))
     if isinstance(node, ast.Call):
         func = node.func
+        if isinstance(func, ast.Attribute) and callee(node) == "format" and _template_name(func.value):
+            return True  # a template loaded at run time, filled here (`_opaque_format`)
         if isinstance(func, ast.Attribute) and callee(node) in ("format", "join", *_TEXT_METHODS):
             return _builds_text(func.value)
         return callee(node) in ("dedent", "cleandoc") and bool(node.args) and _builds_text(node.args[0])
     return False
 
 
-def _return_value(func: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.expr | None:
-    """The value of a function's last ``return`` in the source (not counting nested functions)."""
-    returns: list[ast.Return] = []
-    stack: list[ast.AST] = list(func.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        if isinstance(node, ast.Return) and node.value is not None:
-            returns.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    last = max(returns, key=lambda r: (r.lineno, r.col_offset), default=None)
-    return last.value if last is not None else None
+_TEMPLATE_WORDS = frozenset({"template", "prompt", "instruction", "instructions"})
+
+
+def _template_name(node: ast.expr) -> bool:
+    """``self.instruction_template``, ``PROMPT_TEMPLATE``: a name that says it holds a template."""
+    name = dotted(node)
+    last = name.rsplit(".", 1)[-1] if name else ""
+    return bool(set(words(last)) & _TEMPLATE_WORDS)
 
 
 def _dict_items(node: ast.Dict) -> Iterator[tuple[str, ast.expr]]:
@@ -348,7 +412,7 @@ def borrowed_text(module: PyModule, call: ast.Call) -> tuple[Piece, ...] | None:
         return _SUMMARIES[key]
     if key in _SUMMARIZING or len(_SUMMARIZING) >= MAX_NESTED_MODULES:
         return None  # a cycle of imports, or too deep: an opaque call
-    returned = _return_value(func)
+    returned = return_value(func)
     summary: tuple[Piece, ...] | None = None
     if returned is not None:
         _SUMMARIZING.append(key)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .findings import Hit
 from .frequency import Frequency, of_format, of_name
 from .py_order import json_hits, order_hits
-from .py_source import PyModule, callee, dotted
+from .py_source import PyModule, call_arguments, callee, dotted, local_function, return_value
 from .template_scan import Piece
 from .vocab import (
     PERSONAL_WORDS,
@@ -42,6 +42,7 @@ _EXTRA_CALLS: dict[str, Volatile] = {
     "ctime": "timestamp",
     "asctime": "timestamp",
 }
+MAX_CALL_DEPTH = 4  # functions of the module followed inside one another for one value
 _DAILY_CALLS = frozenset({"today", "date"})
 _BUILTINS = frozenset({"str", "repr", "len", "sorted", "list", "tuple", "dict", "set", "format", "json"})
 # Methods whose result still shows the clock or id they are called on.
@@ -78,10 +79,18 @@ class Candidate:
 class Values:
     """Classify value expressions; JSON and order hits met on the way are collected in ``hits``."""
 
-    def __init__(self, module: PyModule, expanding: set[int], hits: list[Hit]) -> None:
+    def __init__(
+        self,
+        module: PyModule,
+        expanding: set[int],
+        hits: list[Hit],
+        params: dict[int, dict[str, ast.expr]] | None = None,
+    ) -> None:
         self.m = module
         self._expanding = expanding
         self.hits = hits
+        # id(function) -> the arguments of the call being followed into it (shared with the timeline).
+        self._params: dict[int, dict[str, ast.expr]] = {} if params is None else params
 
     def piece(self, expr: ast.expr, spec_text: str = "") -> Piece:
         """A value piece: volatile if anything in it is (the first such thing in the source names it)."""
@@ -117,10 +126,11 @@ class Values:
 
     def _candidates(self, expr: ast.expr, piece: Piece, depth: int) -> Iterator[Candidate]:
         stack: list[ast.AST] = [expr]
+        substituted: set[int] = set()
         while stack:
             node = stack.pop()
             if isinstance(node, ast.Call):
-                found = self._call(node)
+                found = self._call(node) or self._returned(node, depth)
                 if found:
                     yield found
                 self.hits.extend(json_hits(self.m, node))
@@ -137,6 +147,13 @@ class Values:
                 and isinstance(node.ctx, ast.Load)
             ):
                 if name.split(".")[0] in self.m.modules:
+                    continue
+                passed = self._passed(node) if isinstance(node, ast.Name) else None
+                if passed is not None:
+                    # A parameter of a function followed from its call: judged as what is passed.
+                    if id(passed) not in substituted:
+                        substituted.add(id(passed))
+                        stack.append(passed)
                     continue
                 if _per_user(name) and not piece.per_user:
                     piece.per_user = name
@@ -170,6 +187,39 @@ class Values:
             frequency = of_format(str(node.args[0].value)) or frequency
         start, end = self.m.span(node)
         return Candidate(start, end, kind, _label(self.m.segment(node)), self._evaluated(node) or frequency)
+
+    def _returned(self, call: ast.Call, depth: int) -> Candidate | None:
+        """``now_str()`` for a function of this module that returns a clock or id (``return
+        datetime.now().strftime(...)``, ``return f"Time: {now:%H:%M}"``): the call is that value."""
+        func = local_function(self.m, call) if depth < MAX_CALL_DEPTH else None
+        returned = return_value(func) if func is not None else None
+        if func is None or returned is None or id(func) in self._expanding:
+            return None
+        self._expanding.add(id(func))
+        saved = self._params.get(id(func))
+        self._params[id(func)] = call_arguments(func, call)
+        try:
+            for found in self._candidates(returned, Piece(False, 0, 0), depth + 1):
+                if not self._direct(returned, (found.start, found.end)):
+                    return None  # `return tz.tzname(now)`: what the function makes of a clock
+                start, end = self.m.span(call)
+                label = f"{_label(self.m.segment(call))} → {found.label}"
+                # Called at import or in `__init__`, the value is frozen whatever the function does.
+                return Candidate(start, end, found.kind, label, self._evaluated(call) or found.frequency)
+            return None
+        finally:
+            self._expanding.discard(id(func))
+            if saved is None:
+                del self._params[id(func)]
+            else:
+                self._params[id(func)] = saved
+
+    def _passed(self, node: ast.Name) -> ast.expr | None:
+        """The argument a followed call passes for parameter ``node``, else None."""
+        chain = self.m.resolve(node)
+        if not chain or chain[0].op or not isinstance(chain[0].stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        return self._params.get(id(chain[0].stmt), {}).get(node.id)
 
     def _name(
         self, node: ast.Name | ast.Attribute, name: str, piece: Piece, depth: int

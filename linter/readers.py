@@ -15,7 +15,7 @@ import jinja2
 from cachewarden.proxy.engine.errors import CachewardenError
 
 from .checks_python import check_python
-from .checks_request import check_body
+from .checks_request import check_body, document_kind
 from .checks_template import check_template, system_ranges
 from .checks_text import check_text
 from .context import Context
@@ -46,8 +46,6 @@ _TEMPLATE_KEYS = frozenset(
     }
 )
 _SYSTEM_KEYS = frozenset({"system", "system_prompt", "instructions", "developer", "preamble"})
-_REQUEST_KEYS = frozenset({"messages", "tools", "input", "input_schema", "parameters", "response_format"})
-
 
 # Every Python prompt site (py_sites) needs one of these in the file. Plain substring tests on the
 # lowered text cost a fraction of a parse, which most files of a large repository then skip.
@@ -61,8 +59,8 @@ _PROMPT_WORDS = (
     ".render(",
 )
 _GUARDED = (
-    ("system", re.compile(r"system_|system\s*=|role['\"]\s*:\s*['\"]system")),
-    ("developer", re.compile(r"role['\"]\s*:\s*['\"]developer")),
+    ("system", re.compile(r"system_|system\s*=|role['\"]?\s*[:=]\s*['\"]system")),
+    ("developer", re.compile(r"role['\"]?\s*[:=]\s*['\"]developer")),
     ("completion", re.compile(r"completions?\s*\.\s*\w|completion\(")),
     ("messages", re.compile(r"messages\s*\.\s*(?:create|stream|parse|count_tokens)")),
     ("responses", re.compile(r"responses\s*\.\s*(?:create|stream|parse)")),
@@ -230,6 +228,8 @@ def lint_json(ctx: Context) -> tuple[list[Hit], object]:
             f"{ctx.source.path}:{line}:{col}: not valid JSON: {exc}", line, f"not valid JSON: {exc}"
         ) from exc
     header = root.get("//") if root.kind == "object" else None
+    if document_kind(root) is None:
+        return [], None  # test data, a saved state, a server's records: never sent as it is
     return list(check_body(ctx, root, ctx.source.text, fixable=True)), header.to_python() if header else None
 
 
@@ -241,7 +241,9 @@ def lint_yaml(ctx: Context) -> list[Hit]:
         raise FileError(f"{ctx.source.path}:{line}:{col}: {exc}", line, str(exc)) from exc
     if root is None or (root.kind == "object" and root.get("interactions") is not None):
         return []  # empty, or a VCR cassette: recorded HTTP traffic, not a prompt config
-    if root.kind == "array" or any(k in _REQUEST_KEYS for k, _, _ in root.members):
+    if root.kind == "array" and document_kind(root) is None:
+        return []
+    if document_kind(root) is not None:
         hits = list(check_body(ctx, root, ctx.source.text, fixable=False))
         if root.kind == "array" or root.get("messages") is not None:
             return hits

@@ -26,6 +26,10 @@ SORT_FILTERS = frozenset({"sort", "dictsort"})
 _FOR_TAG = re.compile(r"\{%[-+]?\s*for\b(?P<body>.*?)[-+]?%\}", re.S)
 _FOR_ITER = re.compile(r"\bin\s+(?P<iter>.+?)\s*(?:\bif\b.*|\brecursive\s*)?$", re.S)
 
+# The `include` of the text around a field of a template loaded at run time (Python's
+# `self.instruction_template.format(...)`): static, of a length not known here.
+OPAQUE_TEMPLATE = "?template"
+
 
 @dataclass(slots=True)
 class Piece:
