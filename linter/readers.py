@@ -6,6 +6,7 @@ config) are checked as templates of their own and their offsets mapped back into
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -112,6 +113,30 @@ def _system_file(path: str) -> bool:
     )
 
 
+# What a template that opens the cached prefix is judged by: per-request values with static text
+# after them (CW301), and how much of the template comes before the first of them (CW401 / CW402).
+_PREFIX_RULES = frozenset({"CW301", "CW401", "CW402"})
+_TURN_WORDS = frozenset({"user", "human"})
+
+
+def _turn_template(path: str) -> bool:
+    """A template rendered as a user turn, not as the instructions: named so (``user.j2``,
+    ``human_prompt.txt``), or beside a ``system`` template of the same kind in one folder
+    (``prompts/developer/system.prompt`` and ``prompts/developer/filter_files.prompt``)."""
+    stem, suffix = os.path.splitext(os.path.basename(path))
+    ws = set(words(stem))
+    if ws & {"system", "instructions", "developer"}:
+        return False
+    # `user_prompt.j2`, `human.txt`; not `user_profile.j2` (a part the instructions may include).
+    named = bool(ws & _TURN_WORDS) and ws <= _TURN_WORDS | {"prompt", "message", "template", "turn", "input"}
+    return named or _has_system_sibling(os.path.dirname(os.path.abspath(path)), suffix.lower())
+
+
+@functools.lru_cache(maxsize=1024)
+def _has_system_sibling(folder: str, suffix: str) -> bool:
+    return os.path.isfile(os.path.join(folder, "system" + suffix))
+
+
 def _template_hits(ctx: Context, text: str, strict: bool, whole_system: bool, where: str) -> Iterator[Hit]:
     if os.path.splitext(where)[1].lower() in GO_TEMPLATES and is_go_template(text):
         scan = scan_go(text)
@@ -184,7 +209,12 @@ def lint_template(ctx: Context) -> Iterator[Hit]:
             ctx.model = _front_matter_model(meta.to_python())
         # Blank the front matter (same length, same newlines) so offsets stay those of the file.
         text = re.sub(r"[^\n]", " ", m.group()) + text[m.end() :]
-    yield from _template_hits(ctx, text, suffix in STRICT_TEMPLATES, _system_file(source.path), source.path)
+    hits = _template_hits(ctx, text, suffix in STRICT_TEMPLATES, _system_file(source.path), source.path)
+    if _turn_template(source.path):
+        # A user turn is sent once, after the instructions and the history: the static text after
+        # its values is never a cached prefix of this request, and is the same history afterwards.
+        hits = (hit for hit in hits if hit.code not in _PREFIX_RULES)
+    yield from hits
     yield from check_text(source.text, markdown=suffix == ".md")
 
 

@@ -9,6 +9,7 @@ of tool records, a saved agent state, a generated schema file.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from cachewarden.linter.engine import lint_source
 from lint_support import LONG
@@ -183,3 +184,28 @@ def test_a_tool_file_in_its_written_order_is_a_note() -> None:
     assert findings(json.dumps(tool), "expected_schema.json") == [("CW204", 1, "info")]
     yaml_tools = "- name: check_order\n  parameters:\n    properties:\n      zip: {}\n      city: {}\n"
     assert findings(yaml_tools, "tools.yaml") == [("CW204", 3, "info")]
+
+
+# --- templates rendered as a user turn --------------------------------------------------------
+
+TURN = "Project: {{ project_name }}\nQuestion: {{ question }}\n" + LONG * 12
+
+
+def test_a_template_beside_a_system_template_is_a_user_turn(tmp_path: Path) -> None:
+    folder = tmp_path / "prompts" / "developer"
+    folder.mkdir(parents=True)
+    (folder / "system.prompt").write_text("You are a developer.\n")
+    turn = folder / "filter_files.prompt"
+    turn.write_text(TURN)
+    alone = tmp_path / "filter_files.prompt"
+    alone.write_text(TURN)
+    prefix = {"CW301", "CW401", "CW402"}
+    assert [f.code for f in lint_source(str(turn), TURN) if f.code in prefix] == []
+    assert "CW301" in [f.code for f in lint_source(str(alone), TURN)]  # no system template beside it
+
+
+def test_a_template_named_for_the_user_turn_is_not_judged_as_a_prefix(tmp_path: Path) -> None:
+    named = tmp_path / "user_prompt.j2"
+    part = tmp_path / "user_profile.j2"  # a part the instructions may include
+    assert [f.code for f in lint_source(str(named), TURN) if f.code == "CW301"] == []
+    assert "CW301" in [f.code for f in lint_source(str(part), TURN)]
