@@ -35,6 +35,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _servers import SERVERS, TRANSPORTS, Server, free_port, nginx_server, python_server
 from bench_proxy import Sample, Workload, concurrent, new_client, one_request, pct
@@ -145,9 +147,13 @@ def sweep(levels: Sequence[int], per_client: int) -> int:
                         workload.bodies(1000 * level + 100 * i + w, per_client + 1) for w in range(level)
                     ]
                     before = owner.group_cpu_seconds()
-                    sample = asyncio.run(
-                        concurrent(owner.url + "/v1/chat/completions", streams, f"sk-s-{name}")
-                    )
+                    try:
+                        sample = asyncio.run(
+                            concurrent(owner.url + "/v1/chat/completions", streams, f"sk-s-{name}")
+                        )
+                    except httpx.HTTPError as exc:
+                        log = owner.log_tail()
+                        raise SystemExit(f"bench_stack: {name} at {level} clients: {exc!r}\n{log}") from None
                     results[name] = (
                         sample,
                         (owner.group_cpu_seconds() - before) * 1000 / max(1, len(sample.total)),
