@@ -24,7 +24,7 @@ MAX_TOOL_DEPTH = 4
 def check_python(ctx: Context, module: PyModule) -> Iterator[Hit]:
     text = ctx.source.text
     for site in prompt_sites(module):
-        timeline = Timeline(module, placeholders=site.placeholders)
+        timeline = Timeline(module, placeholders=site.placeholders, system=site.system)
         if site.expr is not None:
             timeline.text(site.expr)
         else:

@@ -44,8 +44,11 @@ _PERCENT = re.compile(r"%(?:\((?P<key>\w+)\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+)
 class Timeline:
     """Build with :meth:`text`; read ``scan.pieces`` and ``hits``."""
 
-    def __init__(self, module: PyModule, placeholders: bool = False) -> None:
+    def __init__(self, module: PyModule, placeholders: bool = False, system: bool = False) -> None:
         self.m = module
+        # The instructions (a system site): a template loaded at run time is judged as text of
+        # its own (`_opaque_format`) only there; in a user turn its fields are at the end anyway.
+        self.system = system
         # `{name}` in literals is a field: filled by a `.format(...)` around them (its arguments
         # here), or later by a template library (LangChain).
         self.placeholders = placeholders
@@ -217,7 +220,7 @@ class Timeline:
             return
         if self._local(node) or self._borrow(node):
             return
-        if name == "format" and isinstance(func, ast.Attribute) and _template_name(func.value):
+        if self.system and _template_format(node):
             self._opaque_format(node)
             return
         self.value(node)
@@ -304,7 +307,7 @@ class Timeline:
             chain
             and chain[0].op == "="
             and all(b.value is not None for b in chain)
-            and _builds_text(chain[0].value)
+            and (_builds_text(chain[0].value) or (self.system and _template_format(chain[0].value)))
             and id(chain[0]) not in self._expanding
         ):
             self._expanding.update(id(b) for b in chain)
@@ -372,8 +375,6 @@ def _builds_text(node: ast.expr | None) -> bool:
         return _builds_text(node.left) or (isinstance(node.op, ast.Add) and _builds_text(node.right))
     if isinstance(node, ast.Call):
         func = node.func
-        if isinstance(func, ast.Attribute) and callee(node) == "format" and _template_name(func.value):
-            return True  # a template loaded at run time, filled here (`_opaque_format`)
         if isinstance(func, ast.Attribute) and callee(node) in ("format", "join", *_TEXT_METHODS):
             return _builds_text(func.value)
         return callee(node) in ("dedent", "cleandoc") and bool(node.args) and _builds_text(node.args[0])
@@ -381,6 +382,16 @@ def _builds_text(node: ast.expr | None) -> bool:
 
 
 _TEMPLATE_WORDS = frozenset({"template", "prompt", "instruction", "instructions"})
+
+
+def _template_format(node: ast.expr | None) -> bool:
+    """``self.instruction_template.format(...)``: a template loaded at run time, filled here."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and _template_name(node.func.value)
+    )
 
 
 def _template_name(node: ast.expr) -> bool:
