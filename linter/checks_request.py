@@ -64,9 +64,11 @@ def document_kind(root: Node) -> str | None:
     keys = {k for k, _, _ in root.members}
     if keys & set(_CONVERSATION):
         return "request" if keys <= _REQUEST_PARAMS else None
-    if _tools(root):
-        return "tools" if keys <= _REQUEST_PARAMS or root.get("tools") is None else None
-    return None
+    listed = root.get("tools")
+    if listed is not None and listed.kind == "array":
+        # Tools in some other configuration (an agent's file): they are sent, so they are read.
+        return "tools" if any(_provider_tool(t) for t in listed.items) else None
+    return "tools" if _tools(root) else None
 
 
 def provider_of(root: Node, model: str | None) -> str:

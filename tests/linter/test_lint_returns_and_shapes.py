@@ -185,6 +185,10 @@ def test_a_tool_file_in_its_written_order_is_a_note() -> None:
     yaml_tools = "- name: check_order\n  parameters:\n    properties:\n      zip: {}\n      city: {}\n"
     assert findings(yaml_tools, "tools.yaml") == [("CW204", 3, "info")]
 
+    # Provider tools inside some other configuration are still read: they are sent.
+    config = {"agent": "support", "tools": [tool]}
+    assert findings(json.dumps(config), "agent.json") == [("CW204", 1, "info")]
+
 
 # --- templates rendered as a user turn --------------------------------------------------------
 
