@@ -59,6 +59,9 @@ class _Lane:
 
     def submit(self, work: _Work) -> None:
         with self._cond:
+            if self._closed:
+                # As an executor after shutdown: nothing would ever run it, so the caller is told.
+                raise RuntimeError("the analysis queue is shut down")
             self._queue.append(work)
             self._cond.notify()
 
@@ -150,7 +153,11 @@ class AnalysisQueue:
             self._pending += 1
         future: Future[object] = Future()
         future.add_done_callback(self._done)
-        self._lane(lane).submit(_Work(fn, arg, future, ready))
+        try:
+            self._lane(lane).submit(_Work(fn, arg, future, ready))
+        except RuntimeError:
+            future.cancel()  # counts it off the backlog
+            raise
         await asyncio.wrap_future(future)
         return True
 

@@ -151,3 +151,14 @@ def test_parked_work_runs_when_its_wait_runs_out_and_at_shutdown(monkeypatch: py
 
     asyncio.run(main())
     assert ran == ["timed out", "at shutdown"]
+
+
+def test_work_after_shutdown_is_refused_not_left_waiting() -> None:
+    async def main() -> None:
+        queue = AnalysisQueue(workers=1, backlog=10)
+        queue.shutdown()
+        with pytest.raises(RuntimeError, match="shut down"):
+            await asyncio.wait_for(queue.run(print, "late", droppable=False), timeout=5)
+        assert queue.pending == 0
+
+    asyncio.run(main())
