@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import gc
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -375,3 +376,23 @@ def call_arguments(func: Function, call: ast.Call) -> dict[str, ast.expr]:
         if k.arg in names:
             passed[k.arg] = k.value
     return passed
+
+
+@contextmanager
+def following(
+    func: Function, call: ast.Call, expanding: set[int], params: dict[int, dict[str, ast.expr]]
+) -> Iterator[None]:
+    """While a call into ``func`` is followed: ``func`` is not followed again inside itself, and its
+    parameters read as what ``call`` passes (restored after, for a recursive or nested follow)."""
+    key = id(func)
+    expanding.add(key)
+    saved = params.get(key)
+    params[key] = call_arguments(func, call)
+    try:
+        yield
+    finally:
+        expanding.discard(key)
+        if saved is None:
+            del params[key]
+        else:
+            params[key] = saved

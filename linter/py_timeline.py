@@ -28,7 +28,15 @@ from dataclasses import replace
 from .findings import Hit
 from .py_imports import imported_function
 from .py_order import order_hits
-from .py_source import Binding, PyModule, call_arguments, callee, dotted, local_function, return_value
+from .py_source import (
+    Binding,
+    PyModule,
+    callee,
+    dotted,
+    following,
+    local_function,
+    return_value,
+)
 from .py_values import Values
 from .template_scan import OPAQUE_TEMPLATE, Piece, Scan, field_piece
 from .vocab import words
@@ -232,17 +240,8 @@ class Timeline:
         returned = return_value(func) if func is not None else None
         if func is None or returned is None or id(func) in self._expanding:
             return False
-        self._expanding.add(id(func))
-        saved = self._params.get(id(func))
-        self._params[id(func)] = call_arguments(func, call)
-        try:
+        with following(func, call, self._expanding, self._params):
             self.text(returned)
-        finally:
-            self._expanding.discard(id(func))
-            if saved is None:
-                del self._params[id(func)]
-            else:
-                self._params[id(func)] = saved
         return True
 
     def _opaque_format(self, call: ast.Call) -> None:

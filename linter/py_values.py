@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .findings import Hit
 from .frequency import Frequency, of_format, of_name
 from .py_order import json_hits, order_hits
-from .py_source import PyModule, call_arguments, callee, dotted, local_function, return_value
+from .py_source import PyModule, callee, dotted, following, local_function, return_value
 from .template_scan import Piece
 from .vocab import (
     PERSONAL_WORDS,
@@ -195,10 +195,7 @@ class Values:
         returned = return_value(func) if func is not None else None
         if func is None or returned is None or id(func) in self._expanding:
             return None
-        self._expanding.add(id(func))
-        saved = self._params.get(id(func))
-        self._params[id(func)] = call_arguments(func, call)
-        try:
+        with following(func, call, self._expanding, self._params):
             for found in self._candidates(returned, Piece(False, 0, 0), depth + 1):
                 if not self._direct(returned, (found.start, found.end)):
                     return None  # `return tz.tzname(now)`: what the function makes of a clock
@@ -207,12 +204,6 @@ class Values:
                 # Called at import or in `__init__`, the value is frozen whatever the function does.
                 return Candidate(start, end, found.kind, label, self._evaluated(call) or found.frequency)
             return None
-        finally:
-            self._expanding.discard(id(func))
-            if saved is None:
-                del self._params[id(func)]
-            else:
-                self._params[id(func)] = saved
 
     def _passed(self, node: ast.Name) -> ast.expr | None:
         """The argument a followed call passes for parameter ``node``, else None."""
