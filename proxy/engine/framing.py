@@ -130,19 +130,19 @@ _CLAUDE_NEW_TOKENIZER = replace(
     _ANTHROPIC, per_message=1, reply=3, tools_once=196, tools_forced=438, per_tool_call=19,
     per_tool_result=19, thinking_once=0, schema_once=62,
 )  # fmt: skip
+# gpt-5 models (harmony, openai/harmony) in either API: what both framings share.
+_HARMONY = replace(
+    _CHAT,
+    reply=2,
+    assistant_extra=2,
+    forced_call=None,
+    per_tool_call=1,
+    per_tool_result=5,
+    tool_dialect="harmony",
+)
 FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", ""): _CHAT,
-    ("openai-chat", "gpt-5"): replace(
-        _CHAT,
-        reply=2,
-        assistant_extra=2,
-        tools_once=84,
-        forced_call=None,
-        tools_alone=1,
-        per_tool_call=1,
-        per_tool_result=5,
-        tool_dialect="harmony",
-    ),
+    ("openai-chat", "gpt-5"): replace(_HARMONY, tools_once=84, tools_alone=1),
     ("openai-chat", "o3"): replace(_CHAT, reply=2),
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-chat", "gpt-4o-2024-11-20"): replace(_CHAT, reply=2),
@@ -150,12 +150,7 @@ FRAMING: dict[tuple[str, str], Framing] = {
     # gpt-5 (harmony) renders tools inside the developer message (openai/harmony): joined to one the
     # section costs tools_once 3, alone it costs the same (tools_alone 0; see the gpt-5 note above).
     ("openai-responses", "gpt-5"): replace(
-        _CHAT,
-        reply=2,
-        assistant_extra=2,
-        per_tool_call=1,
-        per_tool_result=5,
-        forced_call=None,
+        _HARMONY,
         tools_once=3,
         tools_alone=0,
         schema_alone=None,  # a text.format section never joins a message in Responses (as for 4o)
