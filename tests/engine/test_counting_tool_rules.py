@@ -9,8 +9,6 @@ whose sequence hashes to dev in bench_counting.part); the "final" half is never 
 from __future__ import annotations
 
 import json
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,15 +24,10 @@ from cachewarden.proxy.engine.rendering import (
     tool_correction,
 )
 from cachewarden.proxy.engine.tokenizers import get_tokenizer
+from recorded_counts import DATA, assert_count_exact
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "recorded" / "interactions.jsonl"
 PYDANTIC = "pydantic/pydantic-ai:tests/"
 MIRASCOPE = "Mirascope/mirascope:typescript/tests/e2e/"
-
-# The per-tool corrections are applied by PromptCounter._tool_correction, which comes with the gpt-5
-# Responses tools_once of 3 (one patch, while counting.py is being restructured); every case below
-# needs one or the other (the gpt-5.2 / 5.4 ones join instructions: tools_once).
-CORRECTED = hasattr(PromptCounter, "_tool_correction")
 
 CASES = {
     # a first parameter without title or description: one token less than the text (chat, Responses)
@@ -96,29 +89,10 @@ CASES = {
 }
 
 
-@cache
-def recorded() -> dict[str, dict[str, Any]]:
-    wanted = {v.removeprefix("responses:") for v in CASES.values()}
-    out: dict[str, dict[str, Any]] = {}
-    with DATA.open(encoding="utf-8") as fh:
-        for line in fh:
-            if any(s in line for s in wanted):
-                rec = json.loads(line)
-                if rec["source"] in wanted:
-                    out[rec["source"]] = rec
-    return out
-
-
 @pytest.mark.skipif(not DATA.exists(), reason="recorded provider data not present")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_recorded_count_is_exact(case: str) -> None:
-    if not CORRECTED:
-        pytest.skip("needs PromptCounter._tool_correction (/tmp/counting_extra.patch)")
-    source = CASES[case]
-    provider = "openai-responses" if source.startswith("responses:") else "openai-chat"
-    rec = recorded()[source.removeprefix("responses:")]
-    prompt = parse_request(rec["request"], provider=provider, model=rec.get("response_model"))
-    assert PromptCounter(load_model_table()).tokenize(prompt).count == rec["total_input_tokens"]
+    assert_count_exact(CASES, case)
 
 
 def test_correction_by_first_parameter_and_dialect() -> None:

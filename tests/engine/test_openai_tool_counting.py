@@ -8,9 +8,6 @@ pydantic-ai out) to cover one rule each.
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +15,8 @@ from cachewarden.proxy.engine.adapters import parse_request
 from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.models import load_model_table
 from cachewarden.proxy.engine.rendering import render_function
+from recorded_counts import DATA, assert_count_exact
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "recorded" / "interactions.jsonl"
 MIRASCOPE = "Mirascope/mirascope:python/tests/e2e/"
 CREWAI = "crewAIInc/crewAI:lib/crewai/tests/cassettes/"
 
@@ -75,27 +72,10 @@ CASES = {
 }
 
 
-@cache
-def recorded() -> dict[str, dict[str, Any]]:
-    wanted = {v.removeprefix("responses:") for v in CASES.values()}
-    out: dict[str, dict[str, Any]] = {}
-    with DATA.open(encoding="utf-8") as fh:
-        for line in fh:
-            if any(s in line for s in wanted):
-                rec = json.loads(line)
-                if rec["source"] in wanted:
-                    out[rec["source"]] = rec
-    return out
-
-
 @pytest.mark.skipif(not DATA.exists(), reason="recorded provider data not present")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_recorded_count_is_exact(case: str) -> None:
-    source = CASES[case]
-    provider = "openai-responses" if source.startswith("responses:") else "openai-chat"
-    rec = recorded()[source.removeprefix("responses:")]
-    prompt = parse_request(rec["request"], provider=provider, model=rec.get("response_model"))
-    assert PromptCounter(load_model_table()).tokenize(prompt).count == rec["total_input_tokens"]
+    assert_count_exact(CASES, case)
 
 
 def test_multi_line_description_drops_blank_lines_and_strips() -> None:
