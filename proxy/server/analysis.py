@@ -82,6 +82,7 @@ class EngineAnalyzer:
                 body = load_body(flow.request_body)
             except RequestError:
                 return True
+            flow.metadata["body"] = body  # the request hooks read it from there, not again
         rid = body.get("previous_response_id") if isinstance(body, dict) else None
         if not isinstance(rid, str):
             return True

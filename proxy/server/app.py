@@ -168,12 +168,14 @@ def _always_ready(flow: Flow) -> bool:
 
 def _parse_model(flow: Flow) -> None:
     """Reads ``model`` from the JSON body (kept in ``flow.metadata["body"]`` for analyzers to reuse)."""
-    try:
-        # The adapters' loader: orjson, bounded depth, and marked as checked so that the analysis
-        # does not walk the body again.
-        body = load_body(flow.request_body)
-    except (RequestError, RecursionError):
-        return
+    body = flow.metadata.get("body")  # read already by an analyzer's ``ready`` check
+    if body is None:
+        try:
+            # The adapters' loader: orjson, bounded depth, and marked as checked so that the analysis
+            # does not walk the body again.
+            body = load_body(flow.request_body)
+        except (RequestError, RecursionError):
+            return
     if isinstance(body, dict):
         flow.metadata["body"] = body
         if isinstance(body.get("model"), str):
