@@ -317,14 +317,18 @@ class PromptCounter:
                     tokens.extend([SEP] * (framing.per_message - 2))
                     if role == "assistant":
                         tokens.extend([PAD] * framing.assistant_extra)
+                after = 0  # a framing correction below zero, applied once the content is in
                 if seg.kind == "tool_use":
                     # The adapter's text is "name\narguments": name and arguments are in the content.
-                    tokens.extend([PAD] * own.per_tool_call)
+                    call = own.per_tool_call + (own.call_without_id if seg.item_id is None else 0)
+                    tokens.extend([PAD] * max(0, call))
+                    after = min(0, call)
                 elif seg.kind == "other" and seg.path.endswith(".name"):
                     tokens.extend([PAD] * framing.per_name)
                 elif seg.kind == "tool_result":
                     tokens.extend([PAD] * own.per_tool_result)
                 tokens.extend(self._segment_content(tok, own, seg))
+                _shift(tokens, after)
                 if i == host:
                     tokens.extend([PAD] * self._separator(tok, seg.text))
                 if closes and framing.per_message >= 2:

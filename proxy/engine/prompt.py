@@ -65,6 +65,9 @@ class Segment:
     fixed_tokens: int = 0
     # The name of a tool or function, for tool segments and tool calls (attribution of tools-changed).
     name: str | None = None
+    # A Responses input item's own ``id`` (``fc_…``: an output item sent back as it was returned). It
+    # changes what the provider counts for a function call (framing.Framing.call_without_id).
+    item_id: str | None = None
     digest: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

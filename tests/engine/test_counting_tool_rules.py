@@ -86,6 +86,20 @@ CASES = {
     + PYDANTIC
     + "models/cassettes/test_openai_tool_availability_delta/"
     + "test_supported_model_calls_additional_tool.yaml#0",
+    # a function_call item without its item id costs 3 less than with one (gpt-4o, gpt-4.1)
+    "call-without-id-4o": "responses:"
+    + "Mirascope/mirascope:python/tests/e2e/input/cassettes/"
+    + "test_resume_with_override_thinking_and_tools/openai_gpt_4o_responses.yaml#1",
+    "call-without-id-4.1": "responses:"
+    + PYDANTIC
+    + "models/cassettes/test_openai_responses/test_openai_responses_non_reasoning_model_no_item_ids.yaml#1",
+    "call-without-id-tool-output": "responses:"
+    + PYDANTIC
+    + "models/cassettes/test_openai_responses/test_tool_output.yaml#1",
+    # ... and one with its id keeps the call's framing (gpt-4o-mini)
+    "call-with-id-4o-mini": "responses:"
+    + "Mirascope/mirascope:python/tests/ops/_internal/instrumentation/llm/cassettes/"
+    + "test_model_call_with_tool_outputs.yaml#1",
 }
 
 
@@ -168,3 +182,22 @@ def test_additional_tools_item_costs_its_section_and_the_tools_preamble() -> Non
     assert count("gpt-5", ask, item) - count("gpt-5", ask) == n + 84
     # The same item in two requests costs the same (the memoised section keeps its extra).
     assert count("gpt-5", ask, item) == count("gpt-5", ask, item)
+
+
+@pytest.mark.parametrize(("model", "less"), [("gpt-4o", 3), ("gpt-4.1", 3), ("gpt-5", 0)])
+def test_responses_call_without_item_id_costs_less(model: str, less: int) -> None:
+    # The ids pydantic-ai strips for non-reasoning models: 3 tokens less for 4o / 4.1 (framing.py,
+    # call_without_id), nothing in the harmony format; Chat Completions calls have no item id at all.
+    call = {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "42"}
+    ask = {"role": "user", "content": "Go."}
+    counter = PromptCounter(load_model_table())
+
+    def count(*items: dict[str, Any]) -> int:
+        body = {"model": model, "input": list(items)}
+        return counter.tokenize(parse_request(body, provider="openai-responses")).count
+
+    with_id = count(ask, {**call, "id": "fc_1", "status": "completed"}, result)
+    assert with_id - count(ask, call, result) == less
+    chat = {"model": model, "messages": [{"role": "user", "content": "Go."}]}
+    assert parse_request(chat, provider="openai-chat").segments[0].item_id is None

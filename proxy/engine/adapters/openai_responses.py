@@ -112,7 +112,9 @@ def _item_segments(
             calls[call_id] = name
         # Arguments stay the string the client sent: re-serialising would hide key-order changes.
         arguments = opt_str(item, "arguments" if kind == "function_call" else "input", path) or ""
-        return [Segment(path, "tool_use", tool_call_text(name, arguments), "assistant", index, name=name)]
+        text = tool_call_text(name, arguments)
+        item_id = opt_str(item, "id", path)
+        return [Segment(path, "tool_use", text, "assistant", index, name=name, item_id=item_id)]
     if kind in ("function_call_output", "custom_tool_call_output"):
         text, fixed = _output_text(item.get("output"), at(path, "output"), model)
         # Rendered under the name of the function that produced it (as in Chat Completions).
