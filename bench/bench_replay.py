@@ -29,7 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench_counting import part
 from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.replay.logs import LogLineError, parse_timestamp
 from cachewarden.proxy.replay.replayer import Row, replay
 from cachewarden.proxy.replay.report import Report
 
@@ -152,6 +154,13 @@ def accuracy() -> None:
     print(f"  hit rate: reported {reported:.1%}, predicted {predicted:.1%} on the same requests")
 
 
+def _recorded(record: dict[str, Any]) -> float:
+    try:
+        return parse_timestamp(record.get("recorded_at")) or 0.0
+    except LogLineError:
+        return 0.0
+
+
 def _suite(sequence_id: str) -> str:
     repo, _, path = sequence_id.partition(":")
     return f"{repo}:{path.rsplit('/', 1)[0]}"
@@ -171,10 +180,14 @@ def agreement() -> None:
     tally: dict[tuple[bool, bool], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     # Self-contained disagreements on hit / miss, in aggregate: (held out, provider, direction) -> n.
     disagree: dict[tuple[bool, str, str], int] = defaultdict(int)
+    # Self-contained held-out requests by half (bench_counting.part: the final half only in aggregate).
+    halves: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for suite, records in suites.items():
         if not any((r.get("cache_read_tokens") or 0) > 0 for r in records):
             continue
-        records.sort(key=lambda r: (r.get("recorded_at") or "", r["sequence_id"], r["seq_index"]))
+        # In recording order: by the recorded time (an HTTP date, so parsed: its text does not sort
+        # by time), then cassette and position; records without a time keep cassette order.
+        records.sort(key=lambda r: (_recorded(r), r["sequence_id"], r["seq_index"]))
         for row in replay(
             (_line(r) for r in records), engine=engine, tenant=suite, on_problem=lambda _: None
         ):
@@ -189,6 +202,9 @@ def agreement() -> None:
             if not agrees and key[1]:
                 way = "predicted a read, none reported" if row.predicted.cached else "a read not predicted"
                 disagree[(key[0], row.provider, way)] += 1
+            if key == (True, True):
+                halves[part(rec)][0] += 1
+                halves[part(rec)][1] += agrees
             t[2] += row.predicted.cached == row.reported.cached
             if row.predicted.cached > 0 or row.reported.cached > 0:
                 t[3] += 1
@@ -203,6 +219,10 @@ def agreement() -> None:
                     f"  {name:<28} {n:>4} requests  hit/miss agree {agree / n:6.1%}  exact {exact / n:6.1%}"
                     f"  | {reads:>4} with a read on either side: exact {exact_reads / max(reads, 1):6.1%}"
                 )
+    split = ", ".join(
+        f"{half} {agree}/{n} ({agree / n:.1%})" for half, (n, agree) in sorted(halves.items()) if n
+    )
+    print(f"  held-out, self-contained, by half: hit/miss agree on {split}")
     print("  hit / miss disagreements of the self-contained requests (aggregate counts):")
     for (held, provider, way), n in sorted(disagree.items()):
         print(f"    {'held-out' if held else 'training':<9} {provider:<17} {way:<33} {n:>4}")

@@ -319,11 +319,37 @@ def _predict_prefix(rules: CacheRules, match: PrefixMatch, units: _Units) -> Pre
     )
 
 
+_WALL_CLOCK = 1e9  # 2001-09-09, epoch seconds
+
+
+@dataclass(frozen=True, slots=True)
+class _NoMatch:
+    common_prefix_tokens: int = 0
+    held_prefix_tokens: int = 0
+
+
+def _no_marks(_: Sequence[int]) -> Mapping[int, float]:
+    return {}
+
+
 def predict(
-    prompt: Prompt, tp: TokenStream, rules: CacheRules, match: PrefixMatch, marks: MarkLookup
+    prompt: Prompt,
+    tp: TokenStream,
+    rules: CacheRules,
+    match: PrefixMatch,
+    marks: MarkLookup,
+    *,
+    now: float | None = None,
 ) -> Prediction:
-    """Predict cached / cache-write / uncached input tokens for one request (pure, no I/O)."""
+    """Predict cached / cache-write / uncached input tokens for one request (pure, no I/O).
+
+    ``now`` (epoch seconds) is the request's time: before the provider's caching start date
+    (``CacheRules.since``) nothing is read, whatever an earlier request shared.
+    """
     units = _Units(n=len(tp.tokens), ratio=tp.ratio, count=max(0, tp.count))
+    # A clock before 2001 is no wall clock (a replay of a log without timestamps counts from 0).
+    if now is not None and now >= _WALL_CLOCK and rules.since and now < rules.since_epoch:
+        match, marks = _NoMatch(), _no_marks
     if rules.mode == "breakpoints":
         return _predict_breakpoints(prompt, tp, rules, match, marks, units)
     return _predict_prefix(rules, match, units)

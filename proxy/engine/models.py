@@ -6,6 +6,7 @@ or extend profiles field by field, its models are matched before the shipped one
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -40,6 +41,17 @@ class CacheRules:
     write_multiplier_1h: float = 2.0
     source: str = ""
     date: str = ""
+    # The day (ISO, UTC) the provider started caching these models: a request made before it never
+    # reads (OpenAI: 2024-10-01). Empty: no such date.
+    since: str = ""
+
+    @property
+    def since_epoch(self) -> float:
+        """``since`` as epoch seconds (0.0 when there is none)."""
+        if not self.since:
+            return 0.0
+        day = datetime.date.fromisoformat(self.since)
+        return datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.UTC).timestamp()
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +83,13 @@ def _profile(name: str, raw: object, base: CacheRules | None) -> CacheRules:
         raise ConfigError(f"model table: profile {name!r}: {exc}") from exc
     if rules.mode not in _MODES:
         raise ConfigError(f"model table: profile {name!r}: mode must be one of {', '.join(_MODES)}")
+    since: object = rules.since
+    if not isinstance(since, str):  # YAML reads an unquoted 2024-10-01 as a date
+        rules = replace(rules, since=str(since))
+    try:
+        rules.since_epoch  # noqa: B018 (validates the date)
+    except ValueError as exc:
+        raise ConfigError(f"model table: profile {name!r}: since must be an ISO date: {exc}") from exc
     if rules.granularity < 1 or rules.min_tokens < 0:
         raise ConfigError(f"model table: profile {name!r}: granularity must be >= 1, min_tokens >= 0")
     return rules
