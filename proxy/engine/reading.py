@@ -20,16 +20,31 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
-from .adapters import ItemRun, Resume, detect_provider, parse_request
+from .adapters import ItemRun, Resume, detect_provider, load_body, parse_request
+from .adapters._items import first_difference
+from .adapters._splice import closes_items, closing_candidate, extend, items_key
 from .prompt import Basis, Prompt, Provider
 
 # Items that name a conversation: a system prompt and the first user turn.
 _KEY_ITEMS = 2
+# Raw bodies kept per tenant for the next one to extend (``load``): its few conversations at once.
+_TAILS_PER_TENANT = 8
+
+
+@dataclass(slots=True, eq=False)
+class _Tail:
+    """A body as received, its parse, and where its items array closes (None: not looked for yet;
+    -1: looked for, not provable, so this body is never extended)."""
+
+    raw: bytes
+    body: dict[str, Any]
+    key: str
+    close: int | None = None
 
 
 class ConversationReader:
@@ -40,6 +55,51 @@ class ConversationReader:
         # The latest prompt of each conversation is held: the next one's basis refers to it weakly.
         self._runs: OrderedDict[tuple[str, str, bytes], tuple[ItemRun, Prompt]] = OrderedDict()
         self._lock = threading.Lock()
+        # Per tenant, its latest bodies (newest last), for ``load``; bounded by tenants and bytes.
+        self._tails: OrderedDict[str, list[_Tail]] = OrderedDict()
+        self._tail_bytes = 0
+
+    def load(self, raw: bytes, *, tenant: str) -> dict[str, Any]:
+        """``load_body(raw)``, parsing only what ``raw`` appends to a recent body of the tenant
+        (adapters/_splice.py) when it does no more than that: the same dict either way."""
+        if type(raw) is not bytes:
+            return load_body(raw)
+        with self._lock:
+            tails = list(self._tails.get(tenant, ()))
+        for tail in reversed(tails):
+            if tail.close is None:
+                # A body that may follow this one: where this one's items close, proved once.
+                bracket = closing_candidate(tail.raw, first_difference(raw, tail.raw))
+                if bracket is None:
+                    continue  # not this one's extension (another conversation, an edit)
+                tail.close = bracket if closes_items(tail.raw, tail.body, tail.key, bracket) else -1
+            if tail.close < 0:
+                continue
+            spliced = extend(raw, tail.raw, tail.body, tail.key, tail.close)
+            if spliced is not None:
+                grown = len(raw) - len(tail.raw)
+                self._keep_tail(tenant, _Tail(raw, spliced, tail.key, tail.close + grown), replaces=tail)
+                return spliced
+        body = load_body(raw)
+        key = items_key(body)
+        if key is not None:
+            self._keep_tail(tenant, _Tail(raw, body, key))
+        return body
+
+    def _keep_tail(self, tenant: str, tail: _Tail, replaces: _Tail | None = None) -> None:
+        with self._lock:
+            tails = self._tails.pop(tenant, [])
+            if replaces is not None and replaces in tails:
+                tails.remove(replaces)
+                self._tail_bytes -= len(replaces.raw)
+            tails.append(tail)
+            self._tail_bytes += len(tail.raw)
+            while len(tails) > _TAILS_PER_TENANT:
+                self._tail_bytes -= len(tails.pop(0).raw)
+            self._tails[tenant] = tails
+            while self._tails and (len(self._tails) > self._max or self._tail_bytes > self._max_bytes // 4):
+                _, dropped = self._tails.popitem(last=False)
+                self._tail_bytes -= sum(len(t.raw) for t in dropped)
 
     def parse(
         self,

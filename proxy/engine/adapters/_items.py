@@ -74,17 +74,19 @@ ItemReader = Callable[[Any, int, Carry], Sequence[Segment]]
 def first_difference(a: bytes, b: bytes) -> int:
     """The offset of the first byte where ``a`` and ``b`` differ (the shorter length if one starts the other).
 
-    Binary search on slice compares: each step is a memcmp, so the whole search runs at C speed.
+    Binary search on ``startswith`` of memoryview slices: each step is a memcmp without a copy, so
+    the whole search runs at C speed.
     """
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    view = memoryview(a)
+    if b.startswith(view[:n]):
         return n
-    if a[: n - 1] == b[: n - 1]:
+    if b.startswith(view[: n - 1]):
         return n - 1  # the usual case: a list that grew differs where the shorter one closes
     lo, hi = 0, n - 1  # a[:lo] == b[:lo], a[:hi] != b[:hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
+        if b.startswith(view[lo:mid], lo):
             lo = mid
         else:
             hi = mid
