@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from .models import CacheRules
@@ -94,11 +94,20 @@ class Prediction:
 
 @dataclass(frozen=True, slots=True)
 class _Units:
-    """Stream position -> provider units: monotone, 0 at 0, and the whole stream is exactly ``count``."""
+    """Stream position -> provider units: monotone, 0 at 0, and the whole stream is exactly ``count``.
+
+    ``preamble``: provider units of hidden system content at the head of the stream, which count
+    toward no cache minimum (``counting.TokenizedPrompt.preamble``).
+    """
 
     n: int
     ratio: float
     count: int
+    preamble: int = 0
+
+    def countable(self, pos: int) -> int:
+        """Provider units of ``tokens[:pos]`` that count toward a cache minimum."""
+        return max(0, self.of(pos) - self.preamble)
 
     def of(self, pos: int) -> int:
         if pos <= 0:
@@ -241,7 +250,7 @@ def _predict_breakpoints(
 
     def readable(pos: int) -> bool:
         # Prefixes below the minimum are never written, so never read either.
-        return pos in found and units.of(pos) >= rules.min_tokens
+        return pos in found and units.countable(pos) >= rules.min_tokens
 
     hit = max((p for p in in_window if readable(p)), default=0)
     # "Too far" is an entry some breakpoint's lookback walks past: one at or before a breakpoint.
@@ -251,7 +260,7 @@ def _predict_breakpoints(
     too_far = any(readable(p) and hit < p <= last_bp for p in found)
 
     newest = bps[-rules.max_breakpoints :] if rules.max_breakpoints > 0 else bps
-    writes = tuple((p, ttl) for p, ttl in newest if p > hit and units.of(p) >= rules.min_tokens)
+    writes = tuple((p, ttl) for p, ttl in newest if p > hit and units.countable(p) >= rules.min_tokens)
 
     cached = units.of(hit)
     write = units.of(writes[-1][0]) - cached if writes else 0
@@ -264,7 +273,7 @@ def _predict_breakpoints(
     limits: set[str] = set()
     if cached < reusable:
         last_bound = coverable[-1] if coverable else 0
-        if units.of(live) < rules.min_tokens:
+        if units.countable(live) < rules.min_tokens:
             limits.add("below-minimum")
         elif not bps:
             limits.add("no-breakpoint")
@@ -300,7 +309,11 @@ def _predict_prefix(rules: CacheRules, match: PrefixMatch, units: _Units) -> Pre
     step = max(1, rules.granularity)
     cached = min(reusable, cap) // step * step
     limits: set[str] = set()
-    if rules.min_tokens > 0 and (cached < rules.min_tokens or units.count < rules.min_tokens):
+    # The shared prefix and the prompt must reach the minimum without the provider's hidden system
+    # content (none but OpenAI's harmony preamble); the cached blocks, once read, include it.
+    shared = min(reusable, cap) - units.preamble
+    prompt = units.count - units.preamble
+    if rules.min_tokens > 0 and min(cached, shared, prompt) < rules.min_tokens:
         if reusable > 0:
             limits.add("below-minimum")
         cached = 0
@@ -347,6 +360,10 @@ def predict(
     (``CacheRules.since``) nothing is read, whatever an earlier request shared.
     """
     units = _Units(n=len(tp.tokens), ratio=tp.ratio, count=max(0, tp.count))
+    # Stream objects without a preamble (test doubles, other tokenizers) have none.
+    head: int = getattr(tp, "preamble", 0)
+    if head:
+        units = replace(units, preamble=units.of(head))
     # A clock before 2001 is no wall clock (a replay of a log without timestamps counts from 0).
     if now is not None and now >= _WALL_CLOCK and rules.since and now < rules.since_epoch:
         match, marks = _NoMatch(), _no_marks

@@ -53,6 +53,9 @@ class TokenizedPrompt:
     # thinking, output schema). Parameters salt the messages, never the tools / system prefix, and the
     # injected text is not positioned content, so it stays out of the stream the prefix index matches.
     hidden: int = 0
+    # Stream tokens at the head of ``tokens`` that are the provider's own hidden system content (the
+    # harmony tools preamble, Framing.preamble): counted, but not toward the cache minimum.
+    preamble: int = 0
 
 
 def provider_count(stream_tokens: int, ratio: float) -> int:
@@ -350,6 +353,7 @@ class PromptCounter:
             ratio=ratio,
             count=provider_count(len(tokens) + hidden, ratio),
             hidden=hidden,
+            preamble=framing.preamble if first_tool >= 0 else 0,
         )
         self._resumable.put(prompt, result, replace(shape, first_system=first_system))
         return result

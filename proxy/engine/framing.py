@@ -48,6 +48,11 @@ class Framing:
     # Responses: a function_call input item sent without its item ``id`` costs this beyond
     # per_tool_call (< 0: less), against one sent back with the id it was returned with.
     call_without_id: int = 0
+    # Of the tokens a tools section adds (tools_once), those of OpenAI-provided hidden system content
+    # (harmony's tools preamble). They are billed, but they do not count toward the cache minimum
+    # (OpenAI prompt-caching guide, 2026: "Tokens in the OpenAI-provided hidden system content do not
+    # count toward this minimum").
+    preamble: int = 0
 
 
 # Framing constants. Where each comes from:
@@ -153,7 +158,7 @@ _HARMONY = replace(
 )
 FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", ""): _CHAT,
-    ("openai-chat", "gpt-5"): replace(_HARMONY, tools_once=84, tools_alone=1),
+    ("openai-chat", "gpt-5"): replace(_HARMONY, tools_once=84, tools_alone=1, preamble=84),
     ("openai-chat", "o3"): replace(_CHAT, reply=2),
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-chat", "gpt-4o-2024-11-20"): replace(_CHAT, reply=2),
