@@ -94,6 +94,8 @@ def lookup_many(queries: Sequence[Lookup], *, now: float) -> list[Match]:
     """The answers to ``queries``, in order; the same as one ``lookup`` each. The engine asks its
     scoped and its model-blind index at once: two shared indexes then cost one round trip, not two
     (a round trip is most of a shared lookup's time)."""
-    if queries and isinstance(queries[0].index, JointLookups):
-        return queries[0].index.lookup_many(queries, now=now)
+    if queries:
+        joint = getattr(queries[0].index, "lookup_many", None)
+        if joint is not None:  # a JointLookups (an isinstance of the protocol costs ~20 µs)
+            return joint(queries, now=now)  # type: ignore[no-any-return]
     return [q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl) for q in queries]
