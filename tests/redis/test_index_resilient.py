@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pytest
 from cachewarden.proxy.engine.index.base import IndexStats, Match
@@ -205,3 +206,53 @@ def test_joint_lookups_fall_back_and_count_each_outage() -> None:
     got = lookup_many(queries, now=2)
     assert [(m.held_prefix_tokens, m.entry_id) for m in got] == [(6, "mine")] * 2
     assert stages == ["lookup", "lookup"] and all(i.outages_total == 1 and not i.healthy for i in indexes)
+
+
+class Overlapping(Flaky):
+    """A primary that, like RedisIndex, runs ``meanwhile`` between sending its lookups and reading
+    the replies; it logs the order, and can fail after sending (a connection lost mid-call)."""
+
+    answers_meanwhile = True
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+        self.fail_after_send = False
+
+    def lookup_many(self, queries: Sequence[Any], *, now: float, meanwhile: Any = None) -> list[Match]:
+        self.log.append("sent")
+        if meanwhile is not None:
+            meanwhile()
+        if self.fail_after_send:
+            raise ConnectionError("connection lost")
+        self.log.append("read")
+        return [self.store.lookup(q.scope, q.tokens, now=now, ttl=q.ttl) for q in queries]
+
+
+class LoggedMemory(MemoryIndex):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__(block_size=4)
+        self.log = log
+
+    def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match:
+        self.log.append("local")
+        return super().lookup(scope, tokens, now=now, ttl=ttl)
+
+
+def test_local_lookups_run_while_the_shared_ones_are_on_their_way() -> None:
+    from cachewarden.proxy.engine.index.base import Lookup, lookup_many
+
+    log: list[str] = []
+    primary = Overlapping(log)
+    index = ResilientIndex(primary, LoggedMemory(log), clock=Clock())
+    primary.store.insert("s", TOKS, now=0, entry_id="other-replica")
+    index.fallback.insert("s", TOKS[:6], now=1, entry_id="mine")
+    got = lookup_many([Lookup(index, "s", TOKS, 0), Lookup(index, "s", TOKS[:6], 0)], now=2)
+    assert log == ["sent", "local", "local", "read"]
+    # The longer prefix from the shared store; on a tie the newer entry (this replica's).
+    assert [(m.held_prefix_tokens, m.entry_id) for m in got] == [(10, "other-replica"), (6, "mine")]
+    # Lost after the send: the local answers stand (computed once), and the outage is counted.
+    log.clear()
+    primary.fail_after_send = True
+    got = lookup_many([Lookup(index, "s", TOKS, 0)], now=2)
+    assert log == ["sent", "local"] and got[0].entry_id == "mine" and index.outages_total == 1

@@ -54,9 +54,9 @@ import sys
 import threading
 import uuid
 from array import array
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import redis
 
@@ -180,6 +180,9 @@ class RedisIndex:
     """``PrefixIndex`` in Redis. Thread-safe (the client's pool is); every error is the caller's:
     wrap it in ``ResilientIndex`` to keep answering when Redis is away. ``client`` may be a
     ``redis.Redis`` or a ``redis.cluster.RedisCluster``."""
+
+    # ``lookup_many`` takes ``meanwhile`` (work to do while Redis answers; resilient.py).
+    answers_meanwhile: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -367,10 +370,14 @@ class RedisIndex:
     def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match:
         return self._run([(self, self._walk(scope, tokens, now, ttl))])[0]
 
-    def lookup_many(self, queries: Sequence[Lookup], *, now: float) -> list[Match]:
+    def lookup_many(
+        self, queries: Sequence[Lookup], *, now: float, meanwhile: Callable[[], object] | None = None
+    ) -> list[Match]:
         """``JointLookups``: the lookups of every ``RedisIndex`` on this one's server (whatever its
         secret or namespace) or with a channel of its own share each round trip; the others are
-        their index's own lookup."""
+        their index's own lookup. ``meanwhile`` runs once the first round trip is on its way and
+        before its replies are read (``ResilientIndex`` does its local lookups there, while Redis
+        works); on a raise before that point it has not run."""
         out: list[Match | None] = [None] * len(queries)
         joined: list[int] = []
         walks: list[tuple[RedisIndex, _Walk]] = []
@@ -383,14 +390,16 @@ class RedisIndex:
             ):
                 joined.append(i)
                 walks.append((index, index._walk(q.scope, q.tokens, now, q.ttl)))
-        for i, match in zip(joined, self._run(walks), strict=True):
+        for i, match in zip(joined, self._run(walks, meanwhile), strict=True):
             out[i] = match
         return [
             m if m is not None else q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
             for m, q in zip(out, queries, strict=True)
         ]
 
-    def _run(self, walks: list[tuple[RedisIndex, _Walk]]) -> list[Match]:
+    def _run(
+        self, walks: list[tuple[RedisIndex, _Walk]], meanwhile: Callable[[], object] | None = None
+    ) -> list[Match]:
         """Runs walks side by side: each round trip carries the next calls of all of them, on the
         channel of their index if it has one, else in one pipeline of this index's client (with,
         on the first, the writes a sending thread still has queued: each reads its own writes)."""
@@ -424,6 +433,9 @@ class RedisIndex:
             for key, (chan, own, _) in asked.items():
                 cmds = [_command(c) for i, at, size in own for c in batch[at : at + size]]
                 asked[key] = (chan, own, chan.ask(cmds))
+            if meanwhile is not None:
+                meanwhile()  # while the asks are on their way (a pipeline below waits at once)
+                meanwhile = None
             if rest:
                 pending: list[Call] = []
                 if first:

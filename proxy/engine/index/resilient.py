@@ -45,6 +45,15 @@ def _tail(m: Match) -> tuple[int, str | None, int, float | None]:
     return m.held_prefix_tokens, m.entry_id, m.entry_tokens, m.age_seconds
 
 
+def _ask(queries: Sequence[Lookup], now: float, meanwhile: Callable[[], None]) -> list[Match]:
+    """``lookup_many`` of the primaries, with ``meanwhile`` run while a Redis works on them (a
+    backend without that hook answers first, then ``meanwhile`` runs)."""
+    index = queries[0].index
+    if getattr(index, "answers_meanwhile", False):
+        return index.lookup_many(queries, now=now, meanwhile=meanwhile)  # type: ignore[attr-defined, no-any-return]
+    return lookup_many(queries, now=now)
+
+
 class ResilientIndex:
     """Shared primary, local fallback; see the module doc. Thread-safe if both indexes are."""
 
@@ -125,32 +134,45 @@ class ResilientIndex:
 
     def lookup_many(self, queries: Sequence[Lookup], *, now: float) -> list[Match]:
         """``JointLookups``: the primaries of the ``ResilientIndex`` queries are asked together
-        (one round trip when they share a Redis), each merged with its local answer. A failure
-        of that call is an outage of each of them."""
+        (one round trip when they share a Redis), each merged with its local answer. The local
+        lookups run while that round trip is on its way (``meanwhile``), when the primary can.
+        A failure of that call is an outage of each of them."""
         out: list[Match | None] = [None] * len(queries)
         asked: list[tuple[int, ResilientIndex]] = []
         shared: list[Lookup] = []
+        local: list[tuple[int, PrefixIndex, Lookup]] = []
         for i, q in enumerate(queries):
             index = q.index
             if not isinstance(index, ResilientIndex):
-                out[i] = index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
+                local.append((i, index, q))
                 continue
             toks = q.tokens if isinstance(q.tokens, list | tuple) else list(q.tokens)
-            out[i] = index.fallback.lookup(q.scope, toks, now=now, ttl=q.ttl)
+            local.append((i, index.fallback, Lookup(index.fallback, q.scope, toks, q.ttl)))
             if index._due():
                 asked.append((i, index))
                 shared.append(Lookup(index.primary, q.scope, toks, q.ttl))
+        pending = True
+
+        def answer_locally() -> None:
+            nonlocal pending
+            if pending:
+                pending = False
+                for i, index, q in local:
+                    out[i] = index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
+
         if shared:
             try:
-                got = lookup_many(shared, now=now)
+                got = _ask(shared, now, answer_locally)
             except Exception:
                 for _, index in asked:
                     index._failed("lookup")
             else:
+                answer_locally()
                 for (i, index), match in zip(asked, got, strict=True):
                     index._succeeded()
-                    local = out[i]
-                    out[i] = match if local is None else _better(match, local)
+                    mine = out[i]
+                    out[i] = match if mine is None else _better(match, mine)
+        answer_locally()
         return [m if m is not None else NO_MATCH for m in out]
 
     def insert(
@@ -165,8 +187,9 @@ class ResilientIndex:
         toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
         # One id for both stores, unique across replicas (MemoryIndex's own ids are per process).
         eid = entry_id if entry_id is not None else uuid.uuid4().hex
-        self.fallback.insert(scope, toks, now=now, entry_id=eid)
+        # The shared write first: a Redis runs it while the local one is made (neither waits).
         self._call("insert", lambda: self.primary.insert(scope, toks, now=now, entry_id=eid, ttl=ttl))
+        self.fallback.insert(scope, toks, now=now, entry_id=eid)
         return eid
 
     def mark(
