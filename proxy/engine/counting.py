@@ -310,7 +310,16 @@ class PromptCounter:
                     )
                 # The legacy format (function_call, role "function") frames calls and results its own way.
                 own = legacy_calls(framing) if legacy and _legacy_segment(seg) else framing
-                if opens:
+                # Responses (4o): a function_call item right after another continues that call's
+                # message: no framing of its own, and the previous call's end stands for its own.
+                merged = (
+                    framing.calls_share_message
+                    and opens
+                    and seg.kind == "tool_use"
+                    and i > 0
+                    and segs[i - 1].kind == "tool_use"
+                )
+                if opens and not merged:
                     role = seg.role or ("tool" if seg.kind == "tool_result" else "assistant")
                     if seg.kind == "tool_result" and seg.name and framing.typescript_tools:
                         role = own.result_prefix + seg.name  # the result's author is the function
@@ -321,7 +330,9 @@ class PromptCounter:
                     if role == "assistant":
                         tokens.extend([PAD] * framing.assistant_extra)
                 after = 0  # a framing correction below zero, applied once the content is in
-                if seg.kind == "tool_use":
+                if merged:
+                    after = -1
+                elif seg.kind == "tool_use":
                     # The adapter's text is "name\narguments": name and arguments are in the content.
                     call = own.per_tool_call + (own.call_without_id if seg.item_id is None else 0)
                     tokens.extend([PAD] * max(0, call))

@@ -53,6 +53,9 @@ class Framing:
     # (OpenAI prompt-caching guide, 2026: "Tokens in the OpenAI-provided hidden system content do not
     # count toward this minimum").
     preamble: int = 0
+    # Responses: consecutive function_call items (parallel calls) share one assistant message, so a
+    # further call costs its recipient and arguments only.
+    calls_share_message: bool = False
 
 
 # Framing constants. Where each comes from:
@@ -111,8 +114,18 @@ _CHAT = Framing(
 # test_openai_responses_non_reasoning_model_no_item_ids#1, test_native_output_multiple#1,
 # test_tool_output#1), while 36 of 48 one-call gpt-4o requests with ids are exact. The harmony
 # format (gpt-5) shows no such difference (2 requests without ids, exact).
+# Parallel calls (function_call items one after another) share one message: a further call costs
+# its recipient and arguments, 6 less than a call alone (12 of 12 training requests with two calls:
+# Mirascope test_call_with_tools/openai_gpt_4o_responses, 4 client variants, recorded Oct 2025 and
+# Jan 2026); harmony (gpt-5) calls are not merged (gpt-5.2's 4-call turns are exact without it).
 _RESPONSES = replace(
-    _CHAT, tools_once=-3, tools_alone=0, per_tool_call=2, schema_alone=None, call_without_id=-3
+    _CHAT,
+    tools_once=-3,
+    tools_alone=0,
+    per_tool_call=2,
+    schema_alone=None,
+    call_without_id=-3,
+    calls_share_message=True,
 )
 
 

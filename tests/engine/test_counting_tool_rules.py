@@ -86,6 +86,10 @@ CASES = {
     + PYDANTIC
     + "models/cassettes/test_openai_tool_availability_delta/"
     + "test_supported_model_calls_additional_tool.yaml#0",
+    # Responses (4o): two function_call items in a row share one message (parallel calls)
+    "parallel-calls-share-a-message": "responses:"
+    + "Mirascope/mirascope:python/tests/e2e/output/cassettes/"
+    + "test_call_with_tools/openai_gpt_4o_responses/sync.yaml#1",
     # harmony: a function without a description, with a bare first parameter: 2 less (gpt-5.5)
     "harmony-undescribed-bare-first": "responses:"
     + PYDANTIC
@@ -208,3 +212,27 @@ def test_responses_call_without_item_id_costs_less(model: str, less: int) -> Non
     assert with_id - count(ask, call, result) == less
     chat = {"model": model, "messages": [{"role": "user", "content": "Go."}]}
     assert parse_request(chat, provider="openai-chat").segments[0].item_id is None
+
+
+def test_responses_parallel_calls_share_one_message() -> None:
+    # A further function_call right after another costs its recipient and arguments only: 6 less
+    # than a call of its own (framing.py, calls_share_message); a call after a result is not merged.
+    ask = {"role": "user", "content": "Both."}
+    counter = PromptCounter(load_model_table())
+
+    def call(n: int) -> dict[str, Any]:
+        return {"type": "function_call", "call_id": f"c{n}", "id": f"fc_{n}", "name": "f", "arguments": "{}"}
+
+    def result(n: int) -> dict[str, Any]:
+        return {"type": "function_call_output", "call_id": f"c{n}", "output": "ok"}
+
+    def count(model: str, *items: dict[str, Any]) -> int:
+        body = {"model": model, "input": list(items)}
+        return counter.tokenize(parse_request(body, provider="openai-responses")).count
+
+    together = count("gpt-4o", ask, call(1), call(2), result(1), result(2))
+    apart = count("gpt-4o", ask, call(1), result(1), call(2), result(2))
+    assert apart - together == 6
+    # harmony keeps a message per call
+    together_5 = count("gpt-5", ask, call(1), call(2), result(1), result(2))
+    assert together_5 == count("gpt-5", ask, call(1), result(1), call(2), result(2))
