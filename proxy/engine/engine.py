@@ -209,7 +209,10 @@ class Engine:
         entry_id = f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
         self.index.insert(scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
         self.wide_index.insert(wide, tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
-        marks.record(prediction)
+        if rules.mode == "breakpoints":
+            # Only breakpoint predictions read marks (cache_model.predict): in the prefix modes a
+            # mark of the read position would be a write (a Redis call) nothing ever reads.
+            marks.record(prediction)
         self._remember(HistoryEntry(entry_id, tenant, prompt, tp, now))
         self._lineage.register(wide, heads, entry_id)
 
