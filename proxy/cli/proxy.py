@@ -43,8 +43,10 @@ class _DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def build_engine(settings: Settings, metrics: Metrics | None = None) -> Engine:
-    """The engine with the user's model table, prices, named upstreams' tokenizers and index."""
+def build_engine(settings: Settings, metrics: Metrics | None = None, share: int = 1) -> Engine:
+    """The engine with the user's model table, prices, named upstreams' tokenizers and index;
+    ``share``: the number of analysis worker processes, each holding its tenants' part of the
+    local index (so that together they hold what one would)."""
     table = load_model_table(Path(settings.models) if settings.models else None)
     for upstream in settings.upstreams.values():
         # Requests through a named upstream are analysed as "NAME/model" (see EngineAnalyzer).
@@ -61,8 +63,9 @@ def build_engine(settings: Settings, metrics: Metrics | None = None) -> Engine:
     secret = (settings.index_secret or "").encode()
     try:
         # 5 M tokens held locally is about 150 MiB (bench/bench_index.py: ~31 MiB per million tokens).
-        index = open_index(settings.index, on_outage=outage, secret=secret, max_tokens=5_000_000)
-        wide = open_index(settings.index, on_outage=outage, secret=secret + b"/wide", max_tokens=5_000_000)
+        limit = 5_000_000 // max(1, share)
+        index = open_index(settings.index, on_outage=outage, secret=secret, max_tokens=limit)
+        wide = open_index(settings.index, on_outage=outage, secret=secret + b"/wide", max_tokens=limit)
     except ValueError as exc:
         raise ConfigError(f"--index {settings.index}: {exc}") from exc
     return Engine(table=table, prices=prices, index=index, wide_index=wide)
@@ -73,6 +76,25 @@ def build_analyzers(settings: Settings, metrics: Metrics, engine: Engine | None 
     analyzers = default_analyzers(metrics)
     analyzers.append(EngineAnalyzer(engine or build_engine(settings), metrics, LiveRules()))
     return analyzers
+
+
+def worker_analyzers(settings: Settings, metrics: Metrics) -> list[Analyzer]:
+    """The analyzers of one analysis worker process (``--analysis-processes``): the engine's. The
+    reported usage is counted by the forwarder, the capture written by the worker runtime."""
+    engine = build_engine(settings, metrics, share=settings.analysis_workers)
+    return [EngineAnalyzer(engine, metrics, LiveRules())]
+
+
+def uses_processes(settings: Settings) -> bool:
+    """Whether the analysis runs in worker processes: asked for, and nothing the forwarding process
+    does needs the analysis' state (observe mode, no --anthropic-diagnostics, no --otel, whose
+    spans carry the analysis)."""
+    return (
+        settings.analysis_processes
+        and settings.mode == "observe"
+        and not settings.anthropic_diagnostics
+        and not settings.otel
+    )
 
 
 def _check_files(settings: Settings) -> None:
@@ -122,6 +144,18 @@ def otel_analyzers(settings: Settings, metrics: Metrics, env: Mapping[str, str])
 def build(settings: Settings, env: Mapping[str, str] | None = None) -> Starlette:
     """The proxy app of ``settings``; ``env`` (default: the process environment) holds OTEL_*."""
     metrics = Metrics(settings.max_model_labels, tenant_labels=settings.tenant_labels)
+    if uses_processes(settings):
+        try:
+            return create_app(
+                settings, analyzers=default_analyzers(metrics), metrics=metrics, workers=worker_analyzers
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot open {exc.filename}: {exc.strerror}") from exc
+    if settings.analysis_processes:
+        logging.getLogger("cachewarden.proxy").warning(
+            "--analysis-processes is for observe mode without --otel or --anthropic-diagnostics: "
+            "analysing on threads of the forwarding process"
+        )
     try:
         # One engine: the optimize-mode rewriter counts tokens with the same table and memo as analysis.
         engine = build_engine(settings, metrics)

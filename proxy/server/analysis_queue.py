@@ -16,6 +16,8 @@ Waiting without blocking. Work may come with ``ready``: a Responses turn chained
 that response's work may sit behind it in the same lane. Work that is not ready is parked, the
 lane goes on with what follows, and parked work runs as soon as it is ready (checked after every
 piece of work, and every few milliseconds when idle) or when its wait runs out, or at shutdown.
+
+An analysis worker process (analysis_worker.py) runs its share of the tenants on one ``Lane``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ _IDLE_POLL_SECONDS = 0.01
 
 
 @dataclass(slots=True)
-class _Work:
+class Work:
     fn: Callable[[Any], object]
     arg: Any
     future: Future[object]
@@ -46,18 +48,18 @@ class _Work:
     deadline: float = field(default=0.0)
 
 
-class _Lane:
+class Lane:
     """One thread running its work in submission order; work that is not ready waits aside."""
 
     def __init__(self, name: str) -> None:
-        self._queue: deque[_Work] = deque()
-        self._parked: list[_Work] = []
+        self._queue: deque[Work] = deque()
+        self._parked: list[Work] = []
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, work: _Work) -> None:
+    def submit(self, work: Work) -> None:
         with self._cond:
             if self._closed:
                 # As an executor after shutdown: nothing would ever run it, so the caller is told.
@@ -71,7 +73,7 @@ class _Lane:
             self._cond.notify()
         self._thread.join()
 
-    def _next(self) -> _Work | None:
+    def _next(self) -> Work | None:
         """Parked work that may run now first (it came earlier), then the queue's head. Under the lock."""
         now = time.monotonic()
         for i, work in enumerate(self._parked):
@@ -102,7 +104,13 @@ class _Lane:
                 work.future.set_exception(exc)
 
 
-def _is_ready(work: _Work) -> bool:
+def lane_of(name: str, lanes: int) -> int:
+    """The lane (or worker process) of a tenant: crc32, not hash(), whose str hashes are salted per
+    process, and a lane must stay a lane."""
+    return zlib.crc32(name.encode("utf-8", "surrogatepass")) % lanes
+
+
+def _is_ready(work: Work) -> bool:
     if work.ready is None:
         return True
     try:
@@ -115,7 +123,7 @@ class AnalysisQueue:
     """Runs blocking analysis functions on ``workers`` lanes; at most ``backlog`` droppable ones wait."""
 
     def __init__(self, workers: int = 2, backlog: int = 256) -> None:
-        self._lanes = [_Lane(f"cachewarden-analysis-{i}") for i in range(max(1, workers))]
+        self._lanes = [Lane(f"cachewarden-analysis-{i}") for i in range(max(1, workers))]
         self._backlog = backlog
         self._pending = 0
         self._lock = threading.Lock()
@@ -128,9 +136,8 @@ class AnalysisQueue:
         with self._lock:
             self._pending -= 1
 
-    def _lane(self, name: str) -> _Lane:
-        # crc32, not hash(): str hashes are salted per process, and a lane must stay a lane.
-        return self._lanes[zlib.crc32(name.encode("utf-8", "surrogatepass")) % len(self._lanes)]
+    def _lane(self, name: str) -> Lane:
+        return self._lanes[lane_of(name, len(self._lanes))]
 
     async def run(
         self,
@@ -154,7 +161,7 @@ class AnalysisQueue:
         future: Future[object] = Future()
         future.add_done_callback(self._done)
         try:
-            self._lane(lane).submit(_Work(fn, arg, future, ready))
+            self._lane(lane).submit(Work(fn, arg, future, ready))
         except RuntimeError:
             future.cancel()  # counts it off the backlog
             raise

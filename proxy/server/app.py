@@ -28,8 +28,6 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import httpx
-from cachewarden.proxy.engine.adapters import load_body
-from cachewarden.proxy.engine.errors import RequestError
 from cachewarden.proxy.engine.usage import Provider, UsageTracker
 from cachewarden.proxy.server.transforms.diagnostics import STRIP_DIAGNOSTICS, diagnostics_editor
 from cachewarden.proxy.server.transforms.optimize import STRIP_USAGE_CHUNK
@@ -42,6 +40,8 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from .analysis_queue import AnalysisQueue
+from .analysis_worker import Factory
+from .analysis_workers import AnalysisPool, Done
 from .config import Settings
 from .forward import (
     ChunkEditor,
@@ -70,6 +70,7 @@ from .hooks import (
     call_rewriter,
     close_analyzers,
     default_analyzers,
+    parse_model,
     redact,
 )
 from .metrics import CONTENT_TYPE, Metrics, safe_model
@@ -166,22 +167,6 @@ def _always_ready(flow: Flow) -> bool:
     return True
 
 
-def _parse_model(flow: Flow) -> None:
-    """Reads ``model`` from the JSON body (kept in ``flow.metadata["body"]`` for analyzers to reuse)."""
-    body = flow.metadata.get("body")  # read already by an analyzer's ``ready`` check
-    if body is None:
-        try:
-            # The adapters' loader: orjson, bounded depth, and marked as checked so that the analysis
-            # does not walk the body again.
-            body = load_body(flow.request_body)
-        except (RequestError, RecursionError):
-            return
-    if isinstance(body, dict):
-        flow.metadata["body"] = body
-        if isinstance(body.get("model"), str):
-            flow.model = body["model"]
-
-
 class Proxy:
     """The ASGI endpoint for every proxied path, and the state shared by one app's requests."""
 
@@ -192,6 +177,7 @@ class Proxy:
         analyzers: Sequence[Analyzer],
         rewriter: Rewriter | None,
         transport: httpx.AsyncBaseTransport | None,
+        workers: Factory | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -205,7 +191,14 @@ class Proxy:
         self.draining = False
         self.access_log = JsonlSink(settings.access_log) if settings.access_log else None
         self.capture = JsonlSink(settings.capture) if settings.capture else None
-        if self.capture is not None:
+        # Analysis in worker processes, in observe mode only: the rewriter of the other modes (and
+        # --anthropic-diagnostics) shares the engine's state with the analysis (analysis_workers.py).
+        self.workers = workers if settings.mode == "observe" and not settings.anthropic_diagnostics else None
+        self.pool: AnalysisPool | None = None
+        if self.capture is not None and self.workers is not None:
+            self.capture.close()  # opened to fail at start-up on a bad path; the workers write it
+            self.capture = None
+        elif self.capture is not None:
             self.analyzers.append(Capture(self.capture))
 
     @property
@@ -217,12 +210,22 @@ class Proxy:
         self.client = make_client(self.settings, self.transport)
         self.analysis = AnalysisQueue(self.settings.analysis_workers, self.settings.analysis_backlog)
         self.draining = False
+        if self.workers is not None:
+            self.pool = AnalysisPool(self.settings, self.workers, self.metrics, self._completed)
+            try:
+                await self.pool.start()
+            except BaseException:
+                await self.pool.stop()
+                raise
         try:
             yield
         finally:
             self.draining = True
             client, self.client = self.client, None
             await client.aclose()
+            if self.pool is not None:
+                # Bounded by --graceful-timeout; what is left then is counted as dropped.
+                await self.pool.stop()
             # Queued analysis writes metrics and the capture file: let it finish before the sinks close.
             await anyio.to_thread.run_sync(self.analysis.shutdown)
             await anyio.to_thread.run_sync(close_analyzers, self.analyzers)
@@ -277,6 +280,9 @@ class Proxy:
             if flow.metadata.get(STRIP_USAGE_CHUNK) or flow.metadata.get(STRIP_DIAGNOSTICS):
                 headers = identity_encoding(headers)  # the relay edits this stream: no compression
 
+        if self.pool is not None:
+            await self._pooled(flow, target, method, headers, scope, receive, send)
+            return
         sent, request_done = anyio.Event(), anyio.Event()
         request = build_request(
             method,
@@ -296,6 +302,71 @@ class Proxy:
                 sent.set()  # the request stage also runs when the upstream was never reached
             await request_done.wait()
             await self._finish(flow)
+
+    async def _pooled(
+        self,
+        flow: Flow,
+        target: Target,
+        method: str,
+        headers: list[tuple[bytes, bytes]],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """One request with the analysis in worker processes: nothing here reads the body."""
+        pool = self.pool
+        assert pool is not None
+        # Count-tokens requests are not analysed, but counted per model (the worker reads it).
+        wanted = flow.analysed or flow.route == "anthropic-count-tokens"
+        submitted = False
+
+        def on_sent() -> None:
+            nonlocal submitted
+            if submitted or not wanted:
+                return
+            submitted = True
+            if not pool.submit(flow) and flow.analysed:
+                m = self.metrics
+                m.analysis_dropped.labels(*m.labels(flow.provider, flow.model, flow.tenant)).inc()
+
+        request = build_request(
+            method,
+            upstream_url(target.base_url, target.raw_path, scope.get("query_string", b"")),
+            headers,
+            flow.request_body,
+            on_sent,
+        )
+        try:
+            await self._exchange_until_disconnect(flow, target, request, scope, receive, send)
+        finally:
+            on_sent()  # also when the upstream was never reached, as the request stage of threads
+            # Labelled without the model: counted now, as with threads, not once the worker answered.
+            self._count_usage_report(flow)
+            if not pool.respond(flow):
+                self._complete(flow, None)
+
+    def _completed(self, flow: Flow, done: Done | None) -> None:
+        """A worker's reply (None: the worker died with this request's analysis)."""
+        if done is None:
+            m = self.metrics
+            m.analysis_dropped.labels(*m.labels(flow.provider, flow.model, flow.tenant)).inc()
+        self._complete(flow, done)
+
+    def _complete(self, flow: Flow, done: Done | None) -> None:
+        """Process mode: counts the request with the model its worker read, and logs it (on the loop:
+        a few counters, the forwarder's own analyzers, which must be cheap, and one log line)."""
+        if done is not None:
+            model, _, access_count, access_diagnosis = done
+            flow.model = model or flow.model
+            if access_count is not None:
+                flow.metadata["access_count"] = access_count
+            if access_diagnosis is not None:
+                flow.metadata["access_diagnosis"] = access_diagnosis
+        self._count(flow, usage_report=False)
+        if flow.analysed and flow.timings.sent is not None:
+            call_hooks(self.analyzers, "request", flow, self.metrics)
+            call_hooks(self.analyzers, "response", flow, self.metrics)
+        self._log(flow)
 
     def _tenant(self, headers: list[tuple[str, str]], key_hash: str | None) -> str:
         wanted = self.settings.tenant_header
@@ -438,22 +509,28 @@ class Proxy:
         return all(getattr(a, "ready", _always_ready)(flow) for a in self.analyzers)
 
     def _run_request_hooks(self, flow: Flow) -> None:
-        _parse_model(flow)
+        parse_model(flow)
         call_hooks(self.analyzers, "request", flow, self.metrics)
 
     async def _finish(self, flow: Flow) -> None:
         """Counts the request, then runs the response hooks and the access log off the event loop."""
+        if self.pool is not None:
+            self._complete(flow, None)
+            return
         with anyio.CancelScope(shield=True):
             if flow.model is None and flow.route == "anthropic-count-tokens":
                 # Not analysed, but counted per model like the prompt it counts (off the loop).
-                await anyio.to_thread.run_sync(_parse_model, flow)
+                await anyio.to_thread.run_sync(parse_model, flow)
             self._count(flow)
             await self.analysis.run(self._after_response, flow, droppable=False, lane=flow.tenant)
 
-    def _count(self, flow: Flow) -> None:
+    def _count_usage_report(self, flow: Flow) -> None:
+        if flow.usage_state is not None:
+            self.metrics.usage_reports.labels(flow.provider or "none", flow.usage_state).inc()
+
+    def _count(self, flow: Flow, usage_report: bool = True) -> None:
         m, t = self.metrics, flow.timings
         base = m.labels(flow.provider, flow.model, flow.tenant)
-        provider = base[0]
         m.requests.labels(*base, flow.outcome or "unknown").inc()
         if t.sent is not None:
             m.overhead_seconds.labels(*base).observe(t.sent - t.received)
@@ -461,12 +538,15 @@ class Proxy:
                 m.upstream_seconds.labels(*base, "first_byte").observe(t.first_byte - t.sent)
             if t.done is not None and flow.outcome == str(flow.status) and flow.error is None:
                 m.upstream_seconds.labels(*base, "total").observe(t.done - t.sent)
-        if flow.usage_state is not None:
-            m.usage_reports.labels(provider, flow.usage_state).inc()
+        if usage_report:
+            self._count_usage_report(flow)
 
     def _after_response(self, flow: Flow) -> None:
         if flow.analysed and flow.timings.sent is not None:
             call_hooks(self.analyzers, "response", flow, self.metrics)
+        self._log(flow)
+
+    def _log(self, flow: Flow) -> None:
         if self.access_log is not None:
             try:
                 self.access_log.write(access_record(flow))
@@ -523,12 +603,16 @@ def create_app(
     metrics: Metrics | None = None,
     rewriter: Rewriter | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    workers: Factory | None = None,
 ) -> Starlette:
     """A new proxy app with its own connection pool and metrics registry.
 
     ``analyzers`` default to ``default_analyzers(metrics)``; pass the same ``metrics`` to the
     analyzers you build. ``rewriter`` runs before forwarding in canonicalize / optimize mode only.
-    ``transport`` replaces the network (tests: ``httpx.MockTransport``).
+    ``transport`` replaces the network (tests: ``httpx.MockTransport``). ``workers``: in observe
+    mode, the analysis runs in ``settings.analysis_workers`` processes, each building its analyzers
+    with this module-level function ``(settings, metrics) -> analyzers`` (analysis_workers.py);
+    ``analyzers`` then run in the forwarder once a worker answered, and must be cheap.
     """
     settings = settings or Settings()
     metrics = metrics or Metrics(settings.max_model_labels, tenant_labels=settings.tenant_labels)
@@ -538,6 +622,7 @@ def create_app(
         default_analyzers(metrics) if analyzers is None else analyzers,
         rewriter,
         transport,
+        workers,
     )
 
     async def healthz(request: Request) -> Response:

@@ -91,6 +91,10 @@ class Settings:
     # waiting for analysis, new ones are forwarded unanalysed (counted) rather than queued.
     analysis_workers: int = 2
     analysis_backlog: int = 256
+    # Observe mode: run the analysis in ``analysis_workers`` worker processes (analysis_workers.py)
+    # instead of threads of the forwarding process; other modes, --otel and --anthropic-diagnostics
+    # share state between the forwarding and the analysis, and keep the threads.
+    analysis_processes: bool = False
     # OpenTelemetry export (spans + metrics over OTLP/HTTP, beside /metrics); the exporter itself is
     # configured by the standard OTEL_* environment variables (server/otel_config.py).
     otel: bool = False
@@ -276,6 +280,7 @@ _PARSERS: dict[str, Callable[[str, object], object]] = {
     "index_secret": parse_text,
     "analysis_workers": parse_positive_int,
     "analysis_backlog": parse_positive_int,
+    "analysis_processes": parse_bool,
     "otel": parse_bool,
     "anthropic_diagnostics": parse_bool,
 }
@@ -375,12 +380,18 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--analysis-workers",
         metavar="N",
-        help="threads that analyse requests, each tenant's in order on one of them (default 2)",
+        help="threads (or processes) that analyse requests, each tenant's in order on one (default 2)",
     )
     add(
         "--analysis-backlog",
         metavar="N",
         help="requests waiting for analysis before new ones skip it (default 256)",
+    )
+    add(
+        "--analysis-processes",
+        action="store_const",
+        const=True,
+        help="observe mode: analyse in --analysis-workers worker processes, off the forwarding process",
     )
     add("--otel", action="store_const", const=True, help="also export OTLP spans + metrics (OTEL_* env)")
     add(

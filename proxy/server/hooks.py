@@ -20,14 +20,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import secrets
 import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from cachewarden.proxy.engine.adapters import load_body
+from cachewarden.proxy.engine.errors import RequestError
 from cachewarden.proxy.engine.usage import Provider, Usage, UsageState
 
 from .metrics import Metrics
@@ -184,6 +187,22 @@ def call_rewriter(rewriter: Rewriter, flow: Flow, metrics: Metrics) -> bytes:
     return flow.request_body if new is None else new
 
 
+def parse_model(flow: Flow) -> None:
+    """Reads ``model`` from the JSON body (kept in ``flow.metadata["body"]`` for analyzers to reuse)."""
+    body = flow.metadata.get("body")  # read already by an analyzer's ``ready`` check
+    if body is None:
+        try:
+            # The adapters' loader: orjson, bounded depth, and marked as checked so that the analysis
+            # does not walk the body again.
+            body = load_body(flow.request_body)
+        except (RequestError, RecursionError):
+            return
+    if isinstance(body, dict):
+        flow.metadata["body"] = body
+        if isinstance(body.get("model"), str):
+            flow.model = body["model"]
+
+
 # -- the built-in analyzer --------------------------------------------------------------------------
 
 
@@ -202,23 +221,32 @@ class ReportedUsage:
 
 
 class JsonlSink:
-    """Appends one JSON object per line to a file, or to stdout for ``-``; safe from several threads."""
+    """Appends one JSON object per line to a file, or to stdout for ``-``; safe from several threads
+    and several processes: a file line goes out in one ``write`` on an ``O_APPEND`` descriptor, so
+    lines of the analysis worker processes (analysis_worker.py) sharing one capture never interleave."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         # Opened at start-up so that a bad path fails the command, not the first request.
-        self._file: IO[str] = sys.stdout if path == "-" else open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self._fd = None if path == "-" else os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
 
     def write(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
         with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
+            if self._fd is None:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                return
+            data = memoryview(line.encode("utf-8"))
+            while data:  # a regular file takes it whole; a short write only on a full disk or a signal
+                data = data[os.write(self._fd, data) :]
 
     def close(self) -> None:
-        if self._file is not sys.stdout:
-            self._file.close()
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 class Capture:

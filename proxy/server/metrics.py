@@ -10,6 +10,8 @@ Beyond DESIGN.md, two operational counters:
   ``requests_total{status="stream_error"}``).
 - ``usage_reports_total{provider, state}``: state = ``reported`` | ``missing`` | ``unparsed``
   (compressed with br/zstd, too large, malformed).
+- ``analysis_worker_restarts_total`` (no labels): analysis worker processes (``--analysis-processes``)
+  that died and were started again; the analysis they held is in ``analysis_dropped_total``.
 
 Every counter whose extra labels take known values (stages, transforms, error kinds, usage states,
 reason codes, token kinds) is exported at 0 from start-up, for each provider with model ``none``,
@@ -192,6 +194,11 @@ class Metrics:
             PREFIX + "usage_reports",
             "Responses by whether their usage could be read.",
             ("provider", "state"),
+            registry=self.registry,
+        )
+        self.analysis_worker_restarts = Counter(
+            PREFIX + "analysis_worker_restarts",
+            "Analysis worker processes that died and were started again (their analysis in flight dropped).",
             registry=self.registry,
         )
         self._seeded: set[tuple[str, ...]] = set()

@@ -43,7 +43,8 @@ CITY_QUESTION = "Call get_weather for Paris, please."
 FOLLOW_UP = "Thanks. What does policy 7 say?"
 
 
-# More lanes than this machine has cores, so that the order in a lane, not luck, keeps the analysis right.
+# More worker processes than this machine has cores, so that the order in a worker, not luck, keeps
+# the analysis right (each tenant on one of them, in arrival order; analysis_workers.py).
 ANALYSIS_WORKERS = 4
 
 
@@ -93,14 +94,16 @@ class Rig:
 def rig(tmp: Path) -> Iterator[Rig]:
     capture = tmp / "capture.jsonl"
     with serving(create_emulator(), "emulator", timeout=15) as emulator:
-        # Several analysis lanes: each tenant's requests are still analysed in the order they were
-        # sent (a fast response cannot let the next request overtake its predecessor), and a chained
-        # Responses turn waits for the turn it chains to without holding a lane.
+        # Several analysis worker processes: each tenant's requests are still analysed in the order
+        # they were sent (a fast response cannot let the next request overtake its predecessor), a
+        # chained Responses turn waits for the turn it chains to without holding its worker, and the
+        # capture the workers share holds each tenant's requests in order.
         settings = Settings(
             openai_upstream=emulator.url,
             anthropic_upstream=emulator.url,
             capture=str(capture),
             analysis_workers=ANALYSIS_WORKERS,
+            analysis_processes=True,
         )
         with serving(build(settings), "proxy", timeout=15) as proxy:
             yield Rig(emulator.url, proxy.url, capture)
@@ -134,13 +137,16 @@ def _records(capture: Path) -> list[dict[str, Any]]:
 
 def _settled(rig: Rig) -> tuple[Samples, list[dict[str, Any]]]:
     """Metrics and capture once every response hook has run (they run after the client got its
-    response): the capture has a line for each response whose usage the proxy tracked."""
+    response): the capture has a line for each response whose usage the proxy tracked, and each
+    of them is counted in ``requests_total``, which a worker process's analysis reaches only once the
+    forwarder applied its metric updates (after the worker wrote the capture line)."""
     deadline = time.monotonic() + 30
     while True:
         samples = scrape(rig.proxy_url)
         records = _records(rig.capture)
         tracked = _total(samples, "cachewarden_usage_reports_total")
-        if tracked and len(records) == tracked:
+        counted = _total(samples, "cachewarden_requests_total")
+        if tracked and len(records) == tracked and counted >= tracked:
             return samples, records
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(records)} captured of {tracked} tracked responses")

@@ -1,0 +1,277 @@
+"""Analysis in worker processes (``--analysis-processes``): the forwarder's side of analysis_worker.py.
+
+In observe mode the forwarding process then does no tokenizing, attribution, lint rules or JSON
+parsing of a body: once a request went upstream it writes the body bytes (with the flow's few
+fields) to the pipe of the tenant's worker, and once the response ended the response's usage,
+ids and output items, which the relay read anyway. The worker's reply carries the request's
+model, its metric updates (metric_records.py) and the access log's count and diagnosis; only then
+does the forwarder count the request, the reported usage and write the access log line, so every
+metric and log line looks as with threads.
+
+Never delaying a request:
+- writes go through asyncio's pipe transports: a busy worker makes the write buffer grow, never
+  the event loop wait; at most ``backlog`` requests are in the workers (and ``MAX_BUFFERED_BYTES``
+  waiting in a pipe's buffer): beyond that, or while a worker restarts, a request is forwarded
+  unanalysed and counted in ``analysis_dropped_total`` (its usage is still counted);
+- a worker that dies (its pipe closes) is started again and counted in
+  ``analysis_worker_restarts_total``; the analysis of its requests in flight is lost and counted
+  as dropped (their requests and usage are counted all the same);
+- at shutdown each worker is asked to finish what it holds and exit; after ``drain_seconds`` the
+  rest are killed and what they held counted as dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .analysis_queue import lane_of
+from .analysis_worker import Factory, frame, request_state, response_state, split_frames
+from .config import Settings
+from .hooks import Flow
+from .metric_records import Applier
+from .metrics import Metrics
+
+logger = logging.getLogger("cachewarden.proxy")
+
+# Bound on the bytes waiting in one worker's pipe buffer (bodies of queued requests).
+MAX_BUFFERED_BYTES = 256 * 2**20
+_MODULE = "cachewarden.proxy.server.analysis_worker"
+# A worker imports the engine and loads its tokenizer before it is ready.
+START_SECONDS = 120.0
+# A worker that dies this soon after starting waits before the next start (doubling, up to 5 s).
+_QUICK_CRASH_SECONDS = 5.0
+
+# The reply of one analysed request: (model, metric records, access count, access diagnosis).
+Done = tuple[Any, ...]
+Complete = Callable[[Flow, "Done | None"], None]
+
+
+@dataclass(eq=False)
+class _Job:
+    flow: Flow
+    worker: _Worker
+    responded: bool = False
+    lost: bool = False  # the worker died before answering
+
+
+@dataclass(eq=False)
+class _Worker:
+    index: int
+    proc: subprocess.Popen[bytes]
+    writer: asyncio.WriteTransport | None = None
+    jobs: dict[str, _Job] = field(default_factory=dict)
+    ready: asyncio.Future[int] | None = None
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    started: float = field(default_factory=time.monotonic)
+    alive: bool = False
+
+
+class _Reader(asyncio.Protocol):
+    def __init__(self, pool: AnalysisPool, worker: _Worker) -> None:
+        self.pool, self.worker = pool, worker
+        self.buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        for message in split_frames(self.buffer):
+            self.pool._message(self.worker, message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.pool._lost(self.worker)
+
+
+class AnalysisPool:
+    """``workers`` analysis processes; each tenant's requests go to one of them, in order."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        factory: Factory,
+        metrics: Metrics,
+        complete: Complete,
+        *,
+        drain_seconds: float | None = None,
+    ) -> None:
+        self.settings = settings
+        self.factory = factory
+        self.metrics = metrics
+        self.applier = Applier(metrics)
+        self.complete = complete
+        self.backlog = settings.analysis_backlog
+        self.drain_seconds = settings.graceful_timeout if drain_seconds is None else drain_seconds
+        self.workers: list[_Worker | None] = [None] * max(1, settings.analysis_workers)
+        self.jobs: dict[str, _Job] = {}
+        self._stopping = False
+        self._restarts: set[asyncio.Task[None]] = set()
+        self._quick_crashes = [0] * len(self.workers)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def pending(self) -> int:
+        return len(self.jobs)
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self.workers if w is not None and w.alive]
+
+    # -- processes -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Starts every worker and waits until each is ready (raises if one cannot start)."""
+        started = await asyncio.gather(*(self._spawn(i) for i in range(len(self.workers))))
+        for worker in started:
+            self.workers[worker.index] = worker
+
+    async def _spawn(self, index: int) -> _Worker:
+        loop = asyncio.get_running_loop()
+        to_worker_r, to_worker_w = os.pipe()
+        from_worker_r, from_worker_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", _MODULE, str(to_worker_r), str(from_worker_w)],
+                pass_fds=(to_worker_r, from_worker_w),
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            os.close(to_worker_r)
+            os.close(from_worker_w)
+        worker = _Worker(index, proc, ready=loop.create_future())
+        writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(to_worker_w, "wb", buffering=0))
+        worker.writer = writer
+        await loop.connect_read_pipe(
+            lambda: _Reader(self, worker), os.fdopen(from_worker_r, "rb", buffering=0)
+        )
+        writer.write(frame(("config", self.settings, self.factory, index)))
+        assert worker.ready is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(worker.ready), START_SECONDS)
+        except (TimeoutError, RuntimeError) as exc:
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+            raise RuntimeError(f"analysis worker {index} did not start: {exc}") from None
+        except BaseException:  # cancelled (shutdown during a restart): no process left behind
+            proc.kill()
+            raise
+        worker.alive = True
+        return worker
+
+    def _message(self, worker: _Worker, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "done":
+            self.applier.apply(worker.index, message[3])
+            job = self.jobs.pop(message[1], None)
+            if job is not None:
+                job.worker.jobs.pop(message[1], None)
+                self.complete(job.flow, message[2:])
+        elif kind == "ready" and worker.ready is not None and not worker.ready.done():
+            worker.ready.set_result(message[1])
+
+    def _lost(self, worker: _Worker) -> None:
+        """The worker's pipe closed: it exited (asked to, at shutdown) or died."""
+        was_alive, worker.alive = worker.alive, False
+        if worker.ready is not None and not worker.ready.done():
+            worker.ready.set_exception(RuntimeError(f"exited with {worker.proc.poll()}"))
+        if worker.writer is not None:
+            worker.writer.close()
+        for fid, job in list(worker.jobs.items()):
+            job.lost = True
+            if job.responded:
+                self._finish_lost(fid, job)
+        worker.jobs.clear()
+        self.applier.forget(worker.index)
+        worker.closed.set()
+        if was_alive and not self.stopping:
+            logger.error("analysis worker %d (pid %d) died; starting another", worker.index, worker.proc.pid)
+            self.metrics.analysis_worker_restarts.inc()
+            task = asyncio.get_running_loop().create_task(self._restart(worker))
+            self._restarts.add(task)
+            task.add_done_callback(self._restarts.discard)
+
+    async def _restart(self, dead: _Worker) -> None:
+        await asyncio.to_thread(dead.proc.wait)
+        index = dead.index
+        if time.monotonic() - dead.started < _QUICK_CRASH_SECONDS:
+            self._quick_crashes[index] += 1
+            await asyncio.sleep(min(5.0, 0.1 * 2 ** self._quick_crashes[index]))
+        else:
+            self._quick_crashes[index] = 0
+        while not self.stopping:
+            try:
+                worker = await self._spawn(index)
+            except (OSError, RuntimeError):
+                logger.exception("analysis worker %d could not be started again; retrying", index)
+                await asyncio.sleep(5.0)
+                continue
+            self.workers[index] = worker  # stop() cancels this task while the spawn is under way
+            return
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def submit(self, flow: Flow) -> bool:
+        """Hands a request to its tenant's worker; False (drop it) when the workers are full or down."""
+        worker = self.workers[lane_of(flow.tenant, len(self.workers))]
+        if worker is None or not worker.alive or worker.writer is None or self.stopping:
+            return False
+        if len(self.jobs) >= self.backlog or worker.writer.get_write_buffer_size() > MAX_BUFFERED_BYTES:
+            return False
+        job = _Job(flow, worker)
+        self.jobs[flow.id] = job
+        worker.jobs[flow.id] = job
+        worker.writer.write(frame(("req", request_state(flow))))
+        return True
+
+    def respond(self, flow: Flow) -> bool:
+        """The response ended: its analysis goes on in the worker (False: the request was not
+        submitted, the caller completes the flow itself)."""
+        job = self.jobs.get(flow.id)
+        if job is None:
+            return False
+        job.responded = True
+        if job.lost or job.worker.writer is None:
+            self._finish_lost(flow.id, job)
+        else:
+            job.worker.writer.write(frame(("resp", flow.id, response_state(flow))))
+        return True
+
+    def _finish_lost(self, fid: str, job: _Job) -> None:
+        self.jobs.pop(fid, None)
+        self.complete(job.flow, None)
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Asks every worker to finish what it holds and exit; kills those still busy after
+        ``drain_seconds`` (what they held is counted as dropped)."""
+        self._stopping = True
+        for task in list(self._restarts):
+            task.cancel()
+        workers = [w for w in self.workers if w is not None]
+        for worker in workers:
+            if worker.alive and worker.writer is not None:
+                worker.writer.write(frame(("stop",)))
+        waits = [asyncio.ensure_future(w.closed.wait()) for w in workers]
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=self.drain_seconds)
+            for wait in late:
+                wait.cancel()
+        for worker in workers:
+            if not worker.closed.is_set():
+                logger.warning(
+                    "analysis worker %d still busy after %.0f s: killed", worker.index, self.drain_seconds
+                )
+                worker.proc.kill()
+        for worker in workers:
+            await worker.closed.wait()
+            await asyncio.to_thread(worker.proc.wait)
+        for fid, job in list(self.jobs.items()):  # never answered (a response that never ended)
+            self._finish_lost(fid, job)
