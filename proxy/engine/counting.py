@@ -53,8 +53,7 @@ class TokenizedPrompt:
     # thinking, output schema). Parameters salt the messages, never the tools / system prefix, and the
     # injected text is not positioned content, so it stays out of the stream the prefix index matches.
     hidden: int = 0
-    # Stream tokens at the head of ``tokens`` that are the provider's own hidden system content (the
-    # harmony tools preamble, Framing.preamble): counted, but not toward the cache minimum.
+    # Head tokens of hidden provider content (Framing.preamble): counted, not toward the cache minimum.
     preamble: int = 0
 
 
@@ -310,15 +309,9 @@ class PromptCounter:
                     )
                 # The legacy format (function_call, role "function") frames calls and results its own way.
                 own = legacy_calls(framing) if legacy and _legacy_segment(seg) else framing
-                # Responses (4o): a function_call item right after another continues that call's
-                # message: no framing of its own, and the previous call's end stands for its own.
-                merged = (
-                    framing.calls_share_message
-                    and opens
-                    and seg.kind == "tool_use"
-                    and i > 0
-                    and segs[i - 1].kind == "tool_use"
-                )
+                # Responses (4o): a call right after another continues its message (calls_share_message).
+                after_call = i > 0 and seg.kind == "tool_use" == segs[i - 1].kind
+                merged = framing.calls_share_message and opens and after_call
                 if opens and not merged:
                     role = seg.role or ("tool" if seg.kind == "tool_result" else "assistant")
                     if seg.kind == "tool_result" and seg.name and framing.typescript_tools:
@@ -329,10 +322,8 @@ class PromptCounter:
                     tokens.extend([SEP] * (framing.per_message - 2))
                     if role == "assistant":
                         tokens.extend([PAD] * framing.assistant_extra)
-                after = 0  # a framing correction below zero, applied once the content is in
-                if merged:
-                    after = -1
-                elif seg.kind == "tool_use":
+                after = -1 if merged else 0  # a framing correction below zero, applied after the content
+                if seg.kind == "tool_use" and not merged:
                     # The adapter's text is "name\narguments": name and arguments are in the content.
                     call = own.per_tool_call + (own.call_without_id if seg.item_id is None else 0)
                     tokens.extend([PAD] * max(0, call))
