@@ -68,8 +68,20 @@ def _varying(module: PyModule, node: ast.expr, depth: int = 0) -> bool:
     if isinstance(node, ast.Dict):
         return any(k is None for k in node.keys)
     if isinstance(node, ast.DictComp | ast.ListComp | ast.GeneratorExp):
-        return any(_unordered(module, g.iter) is not None for g in node.generators)
+        return any(_unordered_source(module, g.iter, depth) for g in node.generators)
     return False
+
+
+def _unordered_source(module: PyModule, iterable: ast.expr, depth: int) -> bool:
+    """A set or a listing; a dict view only when the dict itself is from elsewhere (a view of a
+    dict this code fills, such as one built from a model's schema, keeps the order it was filled in)."""
+    found = _unordered(module, iterable)
+    if found is None:
+        return False
+    if found[0] != "mapping":
+        return True
+    assert isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute)
+    return _varying(module, iterable.func.value, depth + 1)
 
 
 def order_hits(module: PyModule, iterable: ast.expr) -> Iterator[Hit]:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .py_source import Binding, PyModule, callee
+from .py_source import CONTINUING, Binding, PyModule, callee
 from .vocab import words
 
 _CREATE = frozenset({"create", "acreate", "stream", "parse", "count_tokens"})
@@ -144,7 +145,9 @@ def _prompt_name(name: str) -> bool:
     ws = words(name)
     if not ws or ws[-1] in _NOT_TEXT or (ws[0] == "prompt" and len(ws) > 1 and ws[1] in _PROMPT_VERB):
         return False  # `prompt_for_approval()`, `prompt_user()`: a terminal prompt, not an LLM's
-    return bool(set(ws) & _PROMPT_WORDS) or (ws[0] == "system" and len(ws) <= 2)
+    # `system_message_content`, `get_system_message()`: the system message's text being built.
+    message = any(a == "system" and b in ("message", "msg") for a, b in itertools.pairwise(ws))
+    return bool(set(ws) & _PROMPT_WORDS) or (ws[0] == "system" and len(ws) <= 2) or message
 
 
 @functools.lru_cache(maxsize=4096)
@@ -238,7 +241,7 @@ def _chains(bindings: list[Binding]) -> Iterator[tuple[Binding, ...]]:
     for i, binding in enumerate(bindings):
         if binding.op == "=" and binding.value is not None:
             j = i + 1
-            while j < len(bindings) and bindings[j].op == "+=":
+            while j < len(bindings) and bindings[j].op in CONTINUING:
                 j += 1
             yield tuple(bindings[i:j])
 

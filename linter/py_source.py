@@ -6,6 +6,10 @@ the file, so every node span goes through :meth:`PyModule.span`.
 Names are resolved the way a reader of the code would: a name used in a function is the value it
 was last given before that point in the function (plus any ``+=`` after it), else the module-level
 value. Loop targets, parameters and imports are bindings without a value.
+
+The module is long because it is the one place that knows how Python binds names: the walk that
+records bindings, and the readers built on them (a name's value, a function's return and
+arguments, a list's appended elements) share its scope rules, and splitting them would repeat those.
 """
 
 from __future__ import annotations
@@ -78,9 +82,15 @@ _CHILD_FIELDS: dict[type, tuple[str, ...]] = {cls: _child_fields(cls) for cls in
 _LEAVES = frozenset(cls for cls, fields in _CHILD_FIELDS.items() if not fields)
 
 
+# Ops of a binding that carries the text before it on: ``+=`` appends to it, and ``~`` is
+# ``text = fill(agent, text)`` / ``text = text.strip()``: the same text, passed through a call.
+CONTINUING = ("+=", "~")
+
+
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """``name = value`` (op "="), ``name += value`` (op "+="), or a binding without a value (op "")."""
+    """``name = value`` (op "="), ``name += value`` (op "+="), ``name = f(name)`` (op "~": the text so
+    far passed through a call), or a binding without a value (op "")."""
 
     at: tuple[int, int]  # (line, UTF-8 column) where it is bound: orders bindings and uses
     op: str
@@ -270,6 +280,8 @@ class PyModule:
             if isinstance(target, ast.Name):
                 if isinstance(node, ast.AugAssign):
                     op = "+=" if isinstance(node.op, ast.Add) else ""
+                elif node.value is not None and _passes_through(node.value, target.id):
+                    op = "~"
                 else:
                     op = "=" if node.value is not None else ""
                 self._bind(scope, target.id, Binding((node.lineno, node.col_offset), op, node.value, node))
@@ -287,10 +299,58 @@ def _names(target: ast.AST) -> Iterator[ast.Name]:
             yield node
 
 
+def _passes_through(value: ast.expr, name: str) -> bool:
+    """``name = fill_vars(agent, name)`` or ``name = name.strip()``: the text of ``name`` itself, handed
+    to a call that gives it back (filled or trimmed). Not ``name.format(...)``, whose arguments are
+    new text, and not a call that only uses a part of it (``name[:10]``, ``len(name)``)."""
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == name:
+        return func.attr in ("strip", "lstrip", "rstrip")
+    if isinstance(func, ast.Name) and func.id in ("len", "str", "repr", "sorted", "list", "hash"):
+        return False
+    passed = (*value.args, *(k.value for k in value.keywords))
+    return any(isinstance(a, ast.Name) and a.id == name for a in passed)
+
+
 def _chain(bindings: list[Binding]) -> list[Binding]:
     """From the last plain binding on: ``prompt = "..."; prompt += more`` → both, in order."""
-    last = max((i for i, b in enumerate(bindings) if b.op != "+="), default=0)
+    last = max((i for i, b in enumerate(bindings) if b.op not in CONTINUING), default=0)
     return bindings[last:]
+
+
+def list_elements(module: PyModule, iterated: ast.Name) -> list[ast.expr] | None:
+    """What ``for item in parts:`` iterates when ``parts`` is a list its scope writes: ``parts =
+    [...]`` and the ``parts.append(x)`` / ``parts.extend([...])`` calls before it is iterated (or
+    passed on: ``iterated`` may be the argument of a call that is followed), in source order. None
+    when the list comes from elsewhere or is changed in a way not read here."""
+    chain = module.resolve(iterated)
+    if not chain or len(chain) != 1 or chain[0].op != "=" or not isinstance(chain[0].value, ast.List):
+        return None
+    start, name = chain[0].at, iterated.id
+    used = (iterated.lineno, iterated.col_offset)
+    scope = module.scope_of(chain[0].stmt)
+    added: list[tuple[tuple[int, int], list[ast.expr]]] = []
+    for call in module.of_type(ast.Call):
+        func = call.func
+        if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+            continue
+        if func.value.id != name:
+            continue
+        at = (call.lineno, call.col_offset)
+        if not start < at < used or module.scope_of(call) is not scope:
+            continue
+        if func.attr == "append" and len(call.args) == 1:
+            added.append((at, [call.args[0]]))
+        elif func.attr == "extend" and len(call.args) == 1 and isinstance(call.args[0], ast.List | ast.Tuple):
+            added.append((at, list(call.args[0].elts)))
+        elif func.attr in ("append", "extend", "insert", "sort", "reverse"):
+            return None  # an order or an element this cannot read
+    elements = list(chain[0].value.elts)
+    for _, found in sorted(added, key=lambda a: a[0]):
+        elements.extend(found)
+    return [e for e in elements if not isinstance(e, ast.Starred)]
 
 
 def dotted(node: ast.AST) -> str | None:

@@ -88,10 +88,24 @@ class Timeline:
     def chain(self, bindings: Sequence[Binding]) -> None:
         """Append the pieces of ``name = ...`` and the ``name += ...`` after it."""
         for binding in bindings:
-            if binding.value is not None:
+            if binding.op == "~" and isinstance(binding.value, ast.Call):
+                self._passed_through(binding.value, binding.stmt)
+            elif binding.value is not None:
                 self.text(binding.value)
                 for loop in self._loops(binding):
                     self.hits.extend(order_hits(self.m, loop.iter))
+
+    def _passed_through(self, call: ast.Call, stmt: ast.AST) -> None:
+        """``text = fill_vars(agent, text)``: the text so far stays where it is; what else the call is
+        given is not text to follow, but a clock or id among it may be written into the text."""
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+        own = {t.id for t in targets if isinstance(t, ast.Name)}
+        for arg in (*call.args, *(k.value for k in call.keywords)):
+            if isinstance(arg, ast.Constant) or (isinstance(arg, ast.Name) and arg.id in own):
+                continue
+            piece = self._values.piece(arg)
+            if piece.volatile is not None:
+                self.scan.pieces.append(piece)
 
     def _text(self, expr: ast.expr) -> None:
         if isinstance(expr, ast.Constant):

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from .findings import Hit
 from .frequency import Frequency, of_format, of_name
 from .py_order import json_hits, order_hits
-from .py_source import PyModule, callee, dotted, following, local_function, return_value
+from .py_source import (
+    Binding,
+    PyModule,
+    callee,
+    dotted,
+    following,
+    list_elements,
+    local_function,
+    return_value,
+)
 from .template_scan import Piece
 from .vocab import (
     PERSONAL_WORDS,
@@ -43,6 +52,9 @@ _EXTRA_CALLS: dict[str, Volatile] = {
     "asctime": "timestamp",
 }
 MAX_CALL_DEPTH = 4  # functions of the module followed inside one another for one value
+# Names followed to what they are bound to, for one value: `note` (a loop over `notes`) → the
+# appended `f"It is {shown}."` → `shown = str(moment)` → `moment = datetime.now()`.
+MAX_NAME_DEPTH = 3
 _DAILY_CALLS = frozenset({"today", "date"})
 _BUILTINS = frozenset({"str", "repr", "len", "sorted", "list", "tuple", "dict", "set", "format", "json"})
 # Methods whose result still shows the clock or id they are called on.
@@ -125,18 +137,24 @@ class Values:
         return piece
 
     def _candidates(self, expr: ast.expr, piece: Piece, depth: int) -> Iterator[Candidate]:
-        stack: list[ast.AST] = [expr]
+        # (node, whether what it reads says who the text is for): the arguments of a method of the
+        # agent (`team.members_text(run_context=ctx)`) are not what its text is made of.
+        stack: list[tuple[ast.AST, bool]] = [(expr, True)]
         substituted: set[int] = set()
         while stack:
-            node = stack.pop()
+            node, telling = stack.pop()
             if isinstance(node, ast.Call):
                 found = self._call(node) or self._returned(node, depth)
                 if found:
                     yield found
                 self.hits.extend(json_hits(self.m, node))
-                stack.extend([*node.args, *(k.value for k in node.keywords)])
-                if isinstance(node.func, ast.Attribute):
-                    stack.append(node.func.value)
+                func = node.func
+                receiver = dotted(func.value) if isinstance(func, ast.Attribute) else None
+                own = receiver is not None and receiver.split(".")[0] in _AGENT_HEADS
+                tells = telling and not own
+                stack.extend((a, tells) for a in (*node.args, *(k.value for k in node.keywords)))
+                if isinstance(func, ast.Attribute):
+                    stack.append((func.value, telling))
                 continue
             if isinstance(node, ast.comprehension):
                 self.hits.extend(order_hits(self.m, node.iter))
@@ -153,14 +171,18 @@ class Values:
                     # A parameter of a function followed from its call: judged as what is passed.
                     if id(passed) not in substituted:
                         substituted.add(id(passed))
-                        stack.append(passed)
+                        stack.append((passed, telling))
                     continue
-                if _per_user(name) and not piece.per_user:
-                    piece.per_user = name
-                piece.per_request = piece.per_request or is_per_request(name)
+                if telling:
+                    if _per_user(name) and not piece.per_user:
+                        piece.per_user = name
+                    # `INPUT_NUMBERS = [1, 100, 12]` at module level, `agent.additional_context`:
+                    # the same on every request (of that agent).
+                    constant = _agent_config(name) or (isinstance(node, ast.Name) and self._constant(node))
+                    piece.per_request = piece.per_request or (is_per_request(name) and not constant)
                 yield from self._name(node, name, piece, depth)
                 continue
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend((child, telling) for child in ast.iter_child_nodes(node))
 
     def _call(self, node: ast.Call) -> Candidate | None:
         name = callee(node)
@@ -177,7 +199,7 @@ class Values:
         kind = classify_call(name) or _EXTRA_CALLS.get(name)
         if kind is None and receiver in _MODULE_KINDS:
             kind = _MODULE_KINDS[receiver]
-        if kind is None and name == "len" and node.args:
+        if kind is None and name == "len" and node.args and not self._constant(node.args[0]):
             arg = dotted(node.args[0])
             kind = "unique-id" if arg and is_per_request(arg) else None  # a turn counter
         if kind is None:
@@ -225,15 +247,19 @@ class Values:
                 frequency = made[0].frequency if made and made[0].kind == kind else frequency
             yield Candidate(start, end, kind, name, frequency)
             return
-        if not isinstance(node, ast.Name) or depth >= 2:
+        if not isinstance(node, ast.Name) or depth >= MAX_NAME_DEPTH:
             return
         # `now = datetime.now()` earlier: `now` is a clock value where it is used.
         for found in self._bound(node, piece, depth):
-            yield Candidate(start, end, found.kind, name, found.frequency)
+            label = found.label if found.label.startswith(f"{name} → ") else name
+            yield Candidate(start, end, found.kind, label, found.frequency)
 
     def _bound(self, node: ast.Name, piece: Piece, depth: int) -> Iterator[Candidate]:
         """The clock / id a name is bound to where it is used (at most one), else nothing."""
         chain = self.m.resolve(node)
+        if chain and chain[0].value is None and id(chain[0]) not in self._expanding:
+            yield from self._element(chain[0], node.id, piece, depth)
+            return
         if not chain or chain[0].value is None or id(chain[0]) in self._expanding:
             return
         self._expanding.add(id(chain[0]))
@@ -248,6 +274,31 @@ class Values:
         finally:
             self._expanding.discard(id(chain[0]))
 
+    def _element(self, binding: Binding, name: str, piece: Piece, depth: int) -> Iterator[Candidate]:
+        """``for note in notes:`` over a list built here (``notes.append(f"It is {now}.")``): the first
+        clock or id among its elements, named through the loop variable."""
+        loop = binding.stmt
+        if not (
+            isinstance(loop, ast.For | ast.AsyncFor)
+            and isinstance(loop.target, ast.Name)
+            and isinstance(loop.iter, ast.Name)
+        ):
+            return
+        # A parameter of a function followed from its call: the list the caller passes.
+        passed = self._passed(loop.iter)
+        iterated = passed if isinstance(passed, ast.Name) else loop.iter
+        self._expanding.add(id(binding))
+        try:
+            for element in list_elements(self.m, iterated) or ():
+                for found in self._candidates(element, piece, depth + 1):
+                    if self._direct(element, (found.start, found.end)):
+                        label = f"{name} → {found.label}"
+                        yield Candidate(found.start, found.end, found.kind, label, found.frequency)
+                        return
+                    break
+        finally:
+            self._expanding.discard(id(binding))
+
     def _direct(self, value: ast.expr, span: tuple[int, int]) -> bool:
         """Whether ``value`` is the clock / id at ``span`` itself, converted or formatted."""
         if self.m.span(value) == span or _converts(value):
@@ -256,6 +307,8 @@ class Values:
             return value.func.attr in _FORMATTING and self._direct(value.func.value, span)
         if isinstance(value, ast.BinOp):  # now + timedelta(days=1)
             return self._direct(value.left, span) or self._direct(value.right, span)
+        if isinstance(value, ast.IfExp):  # datetime.now(tz) if tz else datetime.now()
+            return self._direct(value.body, span) or self._direct(value.orelse, span)
         return False
 
     def _constant(self, expr: ast.expr) -> bool:
@@ -280,6 +333,18 @@ class Values:
             if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
                 return "instance" if parent.name == "__init__" else None
         return "process"
+
+
+# An agent object and its configuration: set when the agent is built, the same text on every
+# request it serves (its history and inputs excepted).
+_AGENT_HEADS = frozenset({"agent", "team", "bot", "assistant", "crew", "config", "cfg", "settings"})
+_AGENT_INPUTS = frozenset({"history", "messages", "message", "conversation", "query", "question", "input"})
+
+
+def _agent_config(name: str) -> bool:
+    """``agent.additional_context``, ``team.description``: not ``agent.history`` or a bare ``agent``."""
+    parts = name.split(".")
+    return len(parts) > 1 and parts[0] in _AGENT_HEADS and not set(words(parts[-1])) & _AGENT_INPUTS
 
 
 def _per_user(name: str) -> bool:

@@ -71,6 +71,9 @@ _PER_REQUEST_WORDS = frozenset(
         "search",
     }
 )
+# Words of an agent's own configuration (its persona, its character): the same text on every
+# request that agent serves, so `personality_context` is not this request's context.
+_AGENT_CONFIG_WORDS = frozenset({"personality", "persona", "personas", "character", "backstory", "bio"})
 _USER_HEADS = frozenset({"user", "customer", "account", "member", "profile", "client", "patient", "employee"})
 _PERSONAL_WORDS = frozenset(
     {
@@ -136,6 +139,8 @@ def classify_call(name: str) -> Volatile | None:
 def is_per_request(identifier: str) -> bool:
     """A variable that carries this request's input (the question, retrieved documents, history)."""
     ws = words(identifier)
+    if set(ws) & _AGENT_CONFIG_WORDS:
+        return False
     return bool(ws) and (
         ws[0] in _PER_REQUEST_WORDS or ws[-1] in _PER_REQUEST_WORDS or bool(set(ws) & {"user"})
     )
