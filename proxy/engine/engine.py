@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from cachewarden.proxy.engine.index.base import Lookup, Match, PrefixIndex, lookup_many
+from cachewarden.proxy.engine.index.base import Lookup, Marks, Match, PrefixIndex, lookup_many, marks_many
 from cachewarden.proxy.engine.index.memory import MemoryIndex
 
 from .cache_model import Prediction, breakpoint_positions, predict
@@ -266,8 +266,12 @@ class _MarkBook:
 
     def lookup(self, positions: Sequence[int]) -> Mapping[int, float]:
         ages: dict[int, float] = {}
-        for ttl_class, (scope, ttl) in self.classes.items():
-            for pos, age in self.index.marks(scope, self.stream, positions, now=self.now, ttl=ttl).items():
+        # Both classes at once: on a shared index one round trip, not one each.
+        queries = [
+            Marks(self.index, scope, self.stream, positions, ttl) for scope, ttl in self.classes.values()
+        ]
+        for ttl_class, found in zip(self.classes, marks_many(queries, now=self.now), strict=True):
+            for pos, age in found.items():
                 if pos not in ages or age < ages[pos]:
                     ages[pos] = age
                     self.found[pos] = ttl_class

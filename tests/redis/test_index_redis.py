@@ -438,3 +438,42 @@ def test_both_lookups_of_an_analysis_share_a_round_trip(redis_url: str, redis_se
         local = [ResilientIndex(a, MemoryIndex(block_size=4)), ResilientIndex(b, MemoryIndex(block_size=4))]
         shared = [Lookup(local[0], "x", [*toks[:30], 0], 10), Lookup(local[1], "y", toks, 0)]
         assert [_t(m) for m in lookup_many(shared, now=1)] == got[:2]
+
+
+def test_marks_of_both_ttl_classes_share_a_round_trip(
+    redis_url: str, redis_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A breakpoint prompt asks for its 5-minute and its 1-hour marks (two scopes): marks_many sends
+    # both before reading either (one round trip), through the resilient wrapper as the proxy has it,
+    # and answers as one marks call each.
+    from cachewarden.proxy.engine.index import redis_writes
+    from cachewarden.proxy.engine.index.base import Marks, marks_many
+
+    with redis_server.client() as c:
+        c.flushall()
+    primary = _index(redis_server, block_size=4, write_behind=True)
+    index = ResilientIndex(primary, MemoryIndex(block_size=4))
+    toks = list(range(20, 34))
+    for scope, when in (("s", 10.0), ("s\x1f1h", 11.0)):
+        index.insert(scope, toks, now=0)
+        index.mark(scope, toks, [8 if scope == "s" else 12], now=when)
+    primary.flush()
+    index.fallback.clear()  # what the replica knows only from Redis (another replica's marks)
+    order: list[str] = []
+    ask, wait = redis_writes.Channel.ask, redis_writes.Channel.wait
+
+    def logged_ask(self: Any, cmds: Any) -> Any:
+        order.append("ask")
+        return ask(self, cmds)
+
+    def logged_wait(self: Any, ticket: Any) -> Any:
+        order.append("wait")
+        return wait(self, ticket)
+
+    monkeypatch.setattr(redis_writes.Channel, "ask", logged_ask)
+    monkeypatch.setattr(redis_writes.Channel, "wait", logged_wait)
+    queries = [Marks(index, "s", toks, [4, 8, 12], 300), Marks(index, "s\x1f1h", toks, [4, 8, 12], 3600)]
+    got = marks_many(queries, now=12)
+    assert got == [{8: 2.0}, {12: 1.0}]
+    assert order[:2] == ["ask", "ask"] and "ask" not in order[2:]
+    assert got == [index.marks(q.scope, q.tokens, q.positions, now=12, ttl=q.ttl) for q in queries]

@@ -13,7 +13,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["NO_MATCH", "IndexStats", "JointLookups", "Lookup", "Match", "PrefixIndex", "lookup_many"]
+__all__ = [
+    "NO_MATCH",
+    "IndexStats",
+    "JointLookups",
+    "Lookup",
+    "Marks",
+    "Match",
+    "PrefixIndex",
+    "lookup_many",
+    "marks_many",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +109,24 @@ def lookup_many(queries: Sequence[Lookup], *, now: float) -> list[Match]:
         if joint is not None:  # a JointLookups (an isinstance of the protocol costs ~20 µs)
             return joint(queries, now=now)  # type: ignore[no-any-return]
     return [q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl) for q in queries]
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """One of the ``marks`` calls ``marks_many`` answers together."""
+
+    index: PrefixIndex
+    scope: str
+    tokens: Sequence[int]
+    positions: Sequence[int]
+    ttl: float
+
+
+def marks_many(queries: Sequence[Marks], *, now: float) -> list[dict[int, float]]:
+    """The answers to ``queries``, in order; the same as one ``marks`` each. The engine asks for the
+    marks of both TTL classes of a breakpoint prompt at once: on Redis one round trip, not two."""
+    if queries:
+        joint = getattr(queries[0].index, "marks_many", None)
+        if joint is not None:
+            return joint(queries, now=now)  # type: ignore[no-any-return]
+    return [q.index.marks(q.scope, q.tokens, q.positions, now=now, ttl=q.ttl) for q in queries]

@@ -60,7 +60,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import redis
 
-from .base import NO_MATCH, IndexStats, Lookup, Match
+from .base import NO_MATCH, IndexStats, Lookup, Marks, Match
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
 from .redis_writes import Channel, WriteBehind
 
@@ -174,6 +174,19 @@ class _Prepared:
     chain: list[bytes]  # H0 … H(full blocks)
     members: list[bytes]  # one a block, the partial last one included
     nodes: list[bytes]  # the key of the node of each block (its parent's children)
+
+
+def _found(
+    groups: list[tuple[bytes, list[bytes], list[int]]], answers: Sequence[Any], now: float, ttl: float
+) -> dict[int, float]:
+    """Ages of the live marks among HMGET answers (one list of values per group)."""
+    t = _threshold(now, ttl)
+    found: dict[int, float] = {}
+    for (_, _, where), got in zip(groups, answers, strict=True):
+        for p, raw in zip(where, got, strict=True):
+            if raw is not None and (when := float(raw)) >= t:
+                found[p] = now - when
+    return found
 
 
 class RedisIndex:
@@ -645,26 +658,36 @@ class RedisIndex:
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
     ) -> dict[int, float]:
-        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
-        groups = self._mark_fields(scope, toks, positions)
-        if not groups:
-            return {}
-        if self._chan is not None:  # behind this index's writes on its connection: no wait
-            answers = self._chan.wait(self._chan.ask([("HMGET", key, *fields) for key, fields, _ in groups]))
-        else:
-            if self._own:
-                self.flush()
-            pipe = self._r.pipeline(transaction=False)
-            for key, fields, _ in groups:
-                pipe.hmget(key, fields)
-            answers = pipe.execute()
-        t = _threshold(now, ttl)
-        found: dict[int, float] = {}
-        for (_, _, where), got in zip(groups, answers, strict=True):
-            for p, raw in zip(where, got, strict=True):
-                if raw is not None and (when := float(raw)) >= t:
-                    found[p] = now - when
-        return found
+        return self.marks_many([Marks(self, scope, tokens, list(positions), ttl)], now=now)[0]
+
+    def marks_many(self, queries: Sequence[Marks], *, now: float) -> list[dict[int, float]]:
+        """Joint ``marks``: the queries of indexes with a channel go out together and are read after
+        (one round trip); the others are their index's own pipeline, or their own ``marks``."""
+        out: list[dict[int, float] | None] = [None] * len(queries)
+        asked: list[tuple[int, RedisIndex, list[tuple[bytes, list[bytes], list[int]]], Any]] = []
+        for i, q in enumerate(queries):
+            index = q.index
+            if not isinstance(index, RedisIndex):
+                out[i] = index.marks(q.scope, q.tokens, q.positions, now=now, ttl=q.ttl)
+                continue
+            toks = q.tokens if isinstance(q.tokens, list | tuple) else list(q.tokens)
+            groups = index._mark_fields(q.scope, toks, q.positions)
+            if not groups:
+                out[i] = {}
+            elif index._chan is not None:  # behind this index's writes on its connection: no wait
+                ticket = index._chan.ask([("HMGET", key, *fields) for key, fields, _ in groups])
+                asked.append((i, index, groups, ticket))
+            else:
+                if index._own:
+                    index.flush()
+                pipe = index._r.pipeline(transaction=False)
+                for key, fields, _ in groups:
+                    pipe.hmget(key, fields)
+                out[i] = _found(groups, pipe.execute(), now, q.ttl)
+        for i, index, groups, ticket in asked:
+            assert index._chan is not None
+            out[i] = _found(groups, index._chan.wait(ticket), now, queries[i].ttl)
+        return [found if found is not None else {} for found in out]
 
     def _mark_fields(
         self, scope: str, toks: Sequence[int], positions: Iterable[int]

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from .base import NO_MATCH, IndexStats, Lookup, Match, PrefixIndex, lookup_many
+from .base import NO_MATCH, IndexStats, Lookup, Marks, Match, PrefixIndex, lookup_many, marks_many
 
 __all__ = ["ResilientIndex"]
 
@@ -209,15 +209,38 @@ class ResilientIndex:
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
     ) -> dict[int, float]:
-        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
-        where = list(positions)
-        found = self.fallback.marks(scope, toks, where, now=now, ttl=ttl)
-        ok, shared = self._call("marks", lambda: self.primary.marks(scope, toks, where, now=now, ttl=ttl))
-        if ok and shared:
-            for p, age in shared.items():
-                if p not in found or age < found[p]:
-                    found[p] = age
-        return found
+        return self.marks_many([Marks(self, scope, tokens, list(positions), ttl)], now=now)[0]
+
+    def marks_many(self, queries: Sequence[Marks], *, now: float) -> list[dict[int, float]]:
+        """Joint ``marks``: each local answer, merged (the newest mark of a position) with the
+        primaries' answers, which are asked together (one round trip on one Redis)."""
+        out: list[dict[int, float]] = []
+        asked: list[tuple[int, ResilientIndex]] = []
+        shared: list[Marks] = []
+        for i, q in enumerate(queries):
+            index = q.index
+            if not isinstance(index, ResilientIndex):
+                out.append(index.marks(q.scope, q.tokens, q.positions, now=now, ttl=q.ttl))
+                continue
+            toks = q.tokens if isinstance(q.tokens, list | tuple) else list(q.tokens)
+            out.append(index.fallback.marks(q.scope, toks, q.positions, now=now, ttl=q.ttl))
+            if index._due():
+                asked.append((i, index))
+                shared.append(Marks(index.primary, q.scope, toks, q.positions, q.ttl))
+        if shared:
+            try:
+                got = marks_many(shared, now=now)
+            except Exception:
+                for _, index in asked:
+                    index._failed("marks")
+            else:
+                for (i, index), theirs in zip(asked, got, strict=True):
+                    index._succeeded()
+                    found = out[i]
+                    for p, age in theirs.items():
+                        if p not in found or age < found[p]:
+                            found[p] = age
+        return out
 
     def stats(self) -> IndexStats:
         """The local index's: cheap enough for every request, and what this replica holds."""
