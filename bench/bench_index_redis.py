@@ -4,8 +4,10 @@ Workload as bench/bench_index.py: a 4,000-token prompt sharing 3,600 tokens with
 of its conversation, behind 1,000 other conversations under the same 1,203-token system prompt.
 Measured per backend: lookup and insert latency (p50 / p99 over 300 calls) and the engine's
 analysis time per request (an OpenAI chat conversation of ~6,000 tokens, one turn per request,
-the backends taking turns conversation by conversation; each request is one scoped and one wide
-lookup, in one round trip, plus inserts). Backends: ``MemoryIndex``, ``RedisIndex`` alone
+the backends taking turns conversation by conversation; each request is a lookup and an insert
+of the backend under test, plus the model-blind index's, which the proxy keeps in memory whatever
+``--index`` says (it only serves attribution against the replica's own history). Backends:
+``MemoryIndex``, ``RedisIndex`` alone
 (writes waited for, or sent behind: then "insert" is the time to send it without waiting for
 its reply, and a lookup follows it on the same connection), and what ``open_index("redis://…")``
 returns (Redis with writes behind + local mirror). Also: the records one insert writes and
@@ -150,7 +152,9 @@ def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tup
     engines: dict[str, Engine] = {}
     tokens = 0
     for name, make in backends.items():
-        engine = engines[name] = Engine(index=make(), wide_index=make())
+        # The model-blind index stays local in the proxy (cli/proxy.py build_engine): it is only
+        # for attribution against this replica's own history. The memory row has two, as there.
+        engine = engines[name] = Engine(index=make(), wide_index=MemoryIndex())
         engine.index.clear()
         engine.wide_index.clear()
         for p in bodies[:5]:  # warm the tokenizer memo so that all backends measure the same work

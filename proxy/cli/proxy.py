@@ -65,7 +65,10 @@ def build_engine(settings: Settings, metrics: Metrics | None = None, share: int 
         # 5 M tokens held locally is about 150 MiB (bench/bench_index.py: ~31 MiB per million tokens).
         limit = 5_000_000 // max(1, share)
         index = open_index(settings.index, on_outage=outage, secret=secret, max_tokens=limit)
-        wide = open_index(settings.index, on_outage=outage, secret=secret + b"/wide", max_tokens=limit)
+        # The model-blind index only finds the earlier request a miss is explained against, in this
+        # replica's own history (prompt text never leaves it): a shared one would cost Redis a
+        # lookup and a write per request and name entries of other replicas that history lacks.
+        wide = open_index(None, max_tokens=limit)
     except ValueError as exc:
         raise ConfigError(f"--index {settings.index}: {exc}") from exc
     return Engine(table=table, prices=prices, index=index, wide_index=wide)

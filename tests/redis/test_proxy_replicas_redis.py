@@ -49,7 +49,7 @@ async def _send(app: Starlette, body: dict[str, Any]) -> None:
             assert response.status_code == 200
 
 
-def test_replica_b_predicts_the_hit_of_a_prefix_first_seen_on_a(redis_url: str) -> None:
+def test_replica_b_predicts_the_hit_of_a_prefix_first_seen_on_a(redis_url: str, redis_server: Any) -> None:
     first = {
         "model": "gpt-4.1",
         "messages": [{"role": "system", "content": POLICY}, {"role": "user", "content": "a"}],
@@ -64,7 +64,14 @@ def test_replica_b_predicts_the_hit_of_a_prefix_first_seen_on_a(redis_url: str) 
     }
     app_a, metrics_a = _replica(redis_url)
     app_b, metrics_b = _replica(redis_url)
+    with redis_server.client() as c:
+        c.flushall()
     asyncio.run(_send(app_a, first))
+    # Only the scoped index is shared: the model-blind one (attribution's, against this replica's
+    # own history) writes nothing to Redis. Keys carry their scope's root as a hash tag.
+    with redis_server.client() as c:
+        roots = {re.search(rb"\{(\w+)\}", k).group(1) for k in c.scan_iter(match=b"cachewarden:*")}  # type: ignore[union-attr]
+    assert len(roots) == 1
     asyncio.run(_send(app_b, second))
     assert _predicted_cached(metrics_a) == 0
     assert _predicted_cached(metrics_b) >= 1024

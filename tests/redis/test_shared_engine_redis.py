@@ -49,7 +49,8 @@ def anthropic(turns: int) -> Any:
 
 
 def replica(url: str | None, **kw: Any) -> Engine:
-    return Engine(index=open_index(url, **kw), wide_index=open_index(url, **kw))
+    # As build_engine makes it: the scoped index shared, the model-blind one (attribution's) local.
+    return Engine(index=open_index(url, **kw), wide_index=open_index(None, **kw))
 
 
 def _flush(engine: Any) -> None:
