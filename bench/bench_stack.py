@@ -5,7 +5,8 @@ with a canned chat completion, so what is measured is the hop and nothing else):
 
     direct                      client -> nginx
     <server>+<transport>        client -> bare Starlette pass-through (bench/_servers.py) -> nginx
-    cachewarden                 client -> `cachewarden proxy` (observe mode, analysis on) -> nginx
+    cachewarden                 client -> `cachewarden proxy` (observe mode, analysis on threads) -> nginx
+    cachewarden-workers         the same with ``--analysis-processes`` (analysis in 2 worker processes)
 
 Servers: uvicorn with h11 (cachewarden's until now), uvicorn with httptools + uvloop, granian.
 Transports: httpx's own, and aiohttp's through ``httpx-aiohttp`` (httpx stays the client API).
@@ -16,13 +17,17 @@ Sequential requests are interleaved path by path (rotating order), so drift hits
 own; CPU per request is the whole process group's CPU time (granian's workers included) over the
 requests of that run. Ratios against ``uvicorn-h11+httpx`` are the figures to compare.
 
-``--sweep 1,8,32,64`` measures instead a concurrency sweep of three paths — direct, the baseline
-stack and cachewarden — each level with the same number of requests per client: added p50 / p99
-over the direct path at that level, the process group's CPU per request (cachewarden's analysis
-threads included) and the p99 itself, as ratios against the baseline at the same level (on 2 cores
-the load generator competes with the servers: at 32+ clients "added" can be negative).
+``--sweep 1,8,32,64`` measures instead a concurrency sweep of four paths — direct, the baseline
+stack, cachewarden and cachewarden-workers — each level with the same number of requests per
+client: added p50 / p99 over the direct path at that level, the process group's CPU per request
+(analysis threads and worker processes included; measured once the process group is idle again,
+i.e. the run's analysis ended), the forwarding process's alone ("fwd"), and the p99
+itself, as ratios against the baseline at the same level (on 2 cores the load generator competes
+with the servers: at 32+ clients "added" can be negative), and the requests whose analysis was
+dropped (``analysis_dropped_total``: the analysis fell behind its bounded queue).
 
 Run: ``python bench/bench_stack.py [--sequential N] [--concurrent N] [--no-cachewarden] [--sweep LEVELS]``
+(``--per-client N``: requests per client in the sweep)
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import asyncio
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,6 +49,8 @@ from bench_proxy import Sample, Workload, concurrent, new_client, one_request, p
 
 BASELINE = "uvicorn-h11+httpx"
 CONCURRENCY = 32
+PROXIES = ("cachewarden", "cachewarden-workers")
+WORKERS = 2
 
 
 async def sequential(urls: dict[str, str], bodies: Sequence[bytes], warmup: int) -> dict[str, Sample]:
@@ -70,9 +78,40 @@ def start(upstream: Server, with_cachewarden: bool) -> dict[str, Server]:
         argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
         argv += ["--openai-upstream", upstream.url, "--anthropic-upstream", upstream.url]
         servers["cachewarden"] = python_server("cachewarden", argv, port)
+        port = free_port()
+        servers["cachewarden-workers"] = python_server(
+            "cachewarden-workers", cachewarden_argv(port, upstream, True), port
+        )
     for s in servers.values():
         s.wait_ready()
     return servers
+
+
+def cachewarden_argv(port: int, upstream: Server, workers: bool) -> list[str]:
+    argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
+    argv += ["--openai-upstream", upstream.url, "--anthropic-upstream", upstream.url]
+    return argv + (["--analysis-processes", "--analysis-workers", str(WORKERS)] if workers else [])
+
+
+def counted(owner: Server, name: str) -> float:
+    """A cachewarden metric's total (every label), read from its /metrics."""
+    text = httpx.get(owner.url + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def settle(owner: Server, timeout: float = 300) -> None:
+    """Waits until the server's process group is idle (no CPU tick for half a second): a cachewarden
+    proxy's analysis of the run (threads or worker processes) has then ended, so the CPU read next
+    is all of it. Watched in /proc, not by scraping /metrics, which would cost the proxy CPU."""
+    deadline = time.monotonic() + timeout
+    last = owner.group_cpu_seconds()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = owner.group_cpu_seconds()
+        if now == last:
+            return
+        last = now
+    raise SystemExit(f"bench_stack: {owner.name} still busy after {timeout:.0f} s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,12 +141,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             urls = {"direct": nginx.url} | {name: s.url for name, s in servers.items()}
             seq = asyncio.run(sequential(urls, bodies, args.warmup))
             conc: dict[str, Sample] = {}
-            cpu_ms: dict[str, float] = {}
+            cpu_ms: dict[str, tuple[float, float]] = {}
             for name, url in urls.items():
                 owner = nginx if name == "direct" else servers[name]
-                before = owner.group_cpu_seconds()
+                settle(owner)  # the sequential run's analysis is not this run's CPU
+                before, before_fwd = owner.group_cpu_seconds(), owner.cpu_seconds()
                 conc[name] = asyncio.run(concurrent(url + "/v1/chat/completions", streams, f"sk-c-{name}"))
-                cpu_ms[name] = (owner.group_cpu_seconds() - before) * 1000 / max(1, len(conc[name].total))
+                settle(owner)
+                n = max(1, len(conc[name].total))
+                cpu_ms[name] = (
+                    (owner.group_cpu_seconds() - before) * 1000 / n,
+                    (owner.cpu_seconds() - before_fwd) * 1000 / n,
+                )
         finally:
             for s in servers.values():
                 s.stop()
@@ -117,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def sweep(levels: Sequence[int], per_client: int) -> int:
-    """Direct, the baseline stack and cachewarden at each concurrency level (see the module doc)."""
+    """Direct, the baseline stack and both cachewarden paths at each concurrency level (module doc)."""
     if shutil.which("nginx") is None:
         print("bench_stack: needs nginx (apt-get install nginx-light)", file=sys.stderr)
         return 2
@@ -129,24 +174,25 @@ def sweep(levels: Sequence[int], per_client: int) -> int:
         port = free_port()
         args = ["bench/_servers.py", "bare", "--port", str(port), "--upstream", nginx.url]
         bare = python_server(BASELINE, [*args, "--server", server, "--transport", transport], port)
-        port = free_port()
-        argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
-        argv += ["--openai-upstream", nginx.url, "--anthropic-upstream", nginx.url]
-        proxy = python_server("cachewarden", argv, port)
-        owners = {"direct": nginx, BASELINE: bare, "cachewarden": proxy}
+        owners = {"direct": nginx, BASELINE: bare}
+        for name in PROXIES:
+            port = free_port()
+            owners[name] = python_server(name, cachewarden_argv(port, nginx, name != "cachewarden"), port)
         try:
-            for s in (bare, proxy):
+            for s in owners.values():
                 s.wait_ready()
-            head = ("clients", "path", "+p50", "+p99", "CPU/req", "CPU vs base", "p99 vs base")
-            print(f"{head[0]:>7} {head[1]:<20}" + "".join(f"{h:>12}" for h in head[2:]))
+            head = ("clients", "path", "+p50", "+p99", "CPU/req", "fwd CPU/req", "CPU vs base")
+            head += ("fwd vs base", "+p50 vs base", "p99 vs base", "dropped")
+            print(f"{head[0]:>7} {head[1]:<20}" + "".join(f"{h:>13}" for h in head[2:]))
             for level in levels:
                 # Fresh sessions per level and path: every conversation grows a turn per request.
-                results: dict[str, tuple[Sample, float]] = {}
+                results: dict[str, tuple[Sample, float, float]] = {}
                 for i, (name, owner) in enumerate(owners.items()):
                     streams = [
                         workload.bodies(1000 * level + 100 * i + w, per_client + 1) for w in range(level)
                     ]
-                    before = owner.group_cpu_seconds()
+                    settle(owner)
+                    before, before_fwd = owner.group_cpu_seconds(), owner.cpu_seconds()
                     try:
                         sample = asyncio.run(
                             concurrent(owner.url + "/v1/chat/completions", streams, f"sk-s-{name}")
@@ -154,31 +200,42 @@ def sweep(levels: Sequence[int], per_client: int) -> int:
                     except httpx.HTTPError as exc:
                         log = owner.log_tail()
                         raise SystemExit(f"bench_stack: {name} at {level} clients: {exc!r}\n{log}") from None
+                    settle(owner)
+                    n = max(1, len(sample.total))
                     results[name] = (
                         sample,
-                        (owner.group_cpu_seconds() - before) * 1000 / max(1, len(sample.total)),
+                        (owner.group_cpu_seconds() - before) * 1000 / n,
+                        (owner.cpu_seconds() - before_fwd) * 1000 / n,
                     )
                 direct = results["direct"][0].total
-                base_sample, base_cpu = results[BASELINE]
+                base_sample, base_cpu, base_fwd = results[BASELINE]
                 base_p99 = pct(base_sample.total, 99)
-                for name in (BASELINE, "cachewarden"):
-                    sample, cpu_ms = results[name]
+                base_a50 = pct(base_sample.total, 50) - pct(direct, 50)
+                for name in (BASELINE, *PROXIES):
+                    sample, cpu_ms, fwd_ms = results[name]
                     a50, a99 = (
                         pct(sample.total, 50) - pct(direct, 50),
                         pct(sample.total, 99) - pct(direct, 99),
                     )
-                    cells = [f"{a50:.2f}", f"{a99:.2f}", f"{cpu_ms:.2f}", f"{cpu_ms / base_cpu:.2f}x"]
+                    cells = [f"{a50:.2f}", f"{a99:.2f}", f"{cpu_ms:.2f}", f"{fwd_ms:.2f}"]
+                    cells += [f"{cpu_ms / base_cpu:.2f}x", f"{fwd_ms / base_fwd:.2f}x"]
+                    cells.append(f"{a50 / base_a50:.2f}x" if base_a50 > 0 else "-")
                     cells.append(f"{pct(sample.total, 99) / base_p99:.2f}x")
-                    print(f"{level:>7} {name:<20}" + "".join(f"{c:>12}" for c in cells))
+                    proxy = name in PROXIES
+                    dropped = counted(owners[name], "cachewarden_analysis_dropped_total") if proxy else 0
+                    cells.append(f"{dropped:.0f}" if proxy else "-")
+                    print(f"{level:>7} {name:<20}" + "".join(f"{c:>13}" for c in cells))
         finally:
-            for s in (bare, proxy):
-                s.stop()
+            for s in owners.values():
+                if s is not nginx:
+                    s.stop()
             nginx.stop()
-    print("(milliseconds; +pXX = added over the direct path's percentile at the same concurrency)")
+    print("(milliseconds; +pXX = added over the direct path's percentile at the same concurrency;")
+    print(" dropped: requests whose analysis was dropped so far, cumulative over the levels)")
     return 0
 
 
-def report(seq: dict[str, Sample], conc: dict[str, Sample], cpu_ms: dict[str, float]) -> None:
+def report(seq: dict[str, Sample], conc: dict[str, Sample], cpu_ms: dict[str, tuple[float, float]]) -> None:
     direct_seq, direct_conc = seq["direct"].total, conc["direct"].total
     rows = []
     for name in seq:
@@ -198,15 +255,17 @@ def report(seq: dict[str, Sample], conc: dict[str, Sample], cpu_ms: dict[str, fl
     print(
         f"direct to nginx: p50 {pct(direct_seq, 50):.2f} ms sequential, {pct(direct_conc, 50):.2f} ms at 32"
     )
-    head = ("path", "seq +p50", "seq +p99", "32c +p50", "32c +p99", "CPU/req", "CPU vs h11")
-    print(f"{head[0]:<26}" + "".join(f"{h:>11}" for h in head[1:]))
-    for name, s50, s99, c50, c99, cpu in rows:
-        cells = [f"{v:.2f}" for v in (s50, s99, c50, c99, cpu)] + [f"{cpu / base[5]:.2f}x"]
-        print(f"{name:<26}" + "".join(f"{c:>11}" for c in cells))
+    head = ("path", "seq +p50", "seq +p99", "32c +p50", "32c +p99", "CPU/req", "fwd CPU/req")
+    head += ("CPU vs h11", "fwd vs h11")
+    print(f"{head[0]:<26}" + "".join(f"{h:>12}" for h in head[1:]))
+    for name, s50, s99, c50, c99, (cpu, fwd) in rows:
+        cells = [f"{v:.2f}" for v in (s50, s99, c50, c99, cpu, fwd)]
+        cells += [f"{cpu / base[5][0]:.2f}x", f"{fwd / base[5][1]:.2f}x"]
+        print(f"{name:<26}" + "".join(f"{c:>12}" for c in cells))
     bad = {n: dict(s.statuses) for n, s in (seq | conc).items() if set(s.statuses) - {200}}
     if bad:
         print(f"non-200 answers: {bad}")
-    print("(milliseconds; +pXX = added over the direct path's percentile)")
+    print("(milliseconds; +pXX = added over the direct path's percentile; fwd: the server's own process)")
 
 
 if __name__ == "__main__":
