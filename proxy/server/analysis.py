@@ -17,7 +17,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from cachewarden.proxy.engine.adapters import load_body
 from cachewarden.proxy.engine.calibration import Calibrated, CountCalibration
 from cachewarden.proxy.engine.engine import Analysis, Engine
 from cachewarden.proxy.engine.errors import RequestError
@@ -68,6 +67,11 @@ class EngineAnalyzer:
         self._pending: dict[str, int] = {}
 
     # -- request ---------------------------------------------------------------------------------
+    def load_body(self, flow: Flow) -> dict[str, Any]:
+        """``load_body`` of the request, parsing only what it appends to its tenant's previous body
+        (``ConversationReader.load``): a long conversation's next turn costs its new bytes."""
+        return self.reader.load(flow.request_body, tenant=flow.tenant)
+
     def ready(self, flow: Flow) -> bool:
         """Whether the request hook can run now: not a Responses turn chained to an earlier one
         whose response has not been read yet while responses of the tenant are still to come (the
@@ -79,7 +83,7 @@ class EngineAnalyzer:
         body = flow.metadata.get("body")
         if body is None:
             try:
-                body = load_body(flow.request_body)
+                body = self.load_body(flow)
             except RequestError:
                 return True
             flow.metadata["body"] = body  # the request hooks read it from there, not again
@@ -94,7 +98,7 @@ class EngineAnalyzer:
             return
         body: Any = flow.metadata.get("body")
         if body is None:
-            body = load_body(flow.request_body)
+            body = self.load_body(flow)
         body = self._chained(body, flow)
         flow.metadata["provider_body"] = body
         prompt = self.reader.parse(body, flow.provider, tenant=flow.tenant)

@@ -40,7 +40,17 @@ from typing import Any
 
 from .analysis_queue import Lane, Work
 from .config import Settings
-from .hooks import Analyzer, Capture, Flow, JsonlSink, Timings, call_hooks, close_analyzers, parse_model
+from .hooks import (
+    Analyzer,
+    Capture,
+    Flow,
+    JsonlSink,
+    Timings,
+    body_loader,
+    call_hooks,
+    close_analyzers,
+    parse_model,
+)
 from .metric_records import Record, RecordingMetrics
 
 logger = logging.getLogger("cachewarden.proxy")
@@ -170,6 +180,7 @@ class Worker:
     def __init__(self, settings: Settings, factory: Factory, send: Callable[[object], None]) -> None:
         self.metrics = RecordingMetrics(settings.tenant_labels)
         self.analyzers = list(factory(settings, self.metrics))
+        self._load_body = body_loader(self.analyzers)
         self.capture = JsonlSink(settings.capture) if settings.capture else None
         if self.capture is not None:
             self.analyzers.append(Capture(self.capture))
@@ -200,7 +211,7 @@ class Worker:
     def _request(self, job: _Job) -> None:
         flow = job.flow
         try:
-            parse_model(flow)
+            parse_model(flow, self._load_body)
             if flow.analysed:
                 call_hooks(self.analyzers, "request", flow, self.metrics)
         except Exception:

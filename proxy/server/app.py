@@ -66,6 +66,7 @@ from .hooks import (
     KeyHasher,
     Rewriter,
     Timings,
+    body_loader,
     call_hooks,
     call_rewriter,
     close_analyzers,
@@ -182,6 +183,7 @@ class Proxy:
         self.settings = settings
         self.metrics = metrics
         self.analyzers = list(analyzers)
+        self._load_body = body_loader(self.analyzers)
         self.rewriter = rewriter
         self.transport = transport
         self.router = Router(settings)
@@ -509,7 +511,7 @@ class Proxy:
         return all(getattr(a, "ready", _always_ready)(flow) for a in self.analyzers)
 
     def _run_request_hooks(self, flow: Flow) -> None:
-        parse_model(flow)
+        parse_model(flow, self._load_body)
         call_hooks(self.analyzers, "request", flow, self.metrics)
 
     async def _finish(self, flow: Flow) -> None:
@@ -520,7 +522,7 @@ class Proxy:
         with anyio.CancelScope(shield=True):
             if flow.model is None and flow.route == "anthropic-count-tokens":
                 # Not analysed, but counted per model like the prompt it counts (off the loop).
-                await anyio.to_thread.run_sync(parse_model, flow)
+                await anyio.to_thread.run_sync(parse_model, flow, self._load_body)
             self._count(flow)
             await self.analysis.run(self._after_response, flow, droppable=False, lane=flow.tenant)
 

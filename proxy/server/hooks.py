@@ -25,7 +25,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -187,20 +187,27 @@ def call_rewriter(rewriter: Rewriter, flow: Flow, metrics: Metrics) -> bytes:
     return flow.request_body if new is None else new
 
 
-def parse_model(flow: Flow) -> None:
-    """Reads ``model`` from the JSON body (kept in ``flow.metadata["body"]`` for analyzers to reuse)."""
+def parse_model(flow: Flow, load: Callable[[Flow], Any] | None = None) -> None:
+    """Reads ``model`` from the JSON body (kept in ``flow.metadata["body"]`` for analyzers to reuse).
+    ``load``: an analyzer's body loader (``body_loader``), else ``load_body``."""
     body = flow.metadata.get("body")  # read already by an analyzer's ``ready`` check
     if body is None:
         try:
             # The adapters' loader: orjson, bounded depth, and marked as checked so that the analysis
             # does not walk the body again.
-            body = load_body(flow.request_body)
+            body = load(flow) if load is not None else load_body(flow.request_body)
         except (RequestError, RecursionError):
             return
     if isinstance(body, dict):
         flow.metadata["body"] = body
         if isinstance(body.get("model"), str):
             flow.model = body["model"]
+
+
+def body_loader(analyzers: Sequence[Any]) -> Callable[[Flow], Any] | None:
+    """The first analyzer's ``load_body(flow)``: the engine's parses only what a body appends to its
+    tenant's previous one (engine/reading.py), the same dict ``load_body`` gives."""
+    return next((a.load_body for a in analyzers if callable(getattr(a, "load_body", None))), None)
 
 
 # -- the built-in analyzer --------------------------------------------------------------------------
