@@ -58,6 +58,9 @@ class ConversationReader:
         # Per tenant, its latest bodies (newest last), for ``load``; bounded by tenants and bytes.
         self._tails: OrderedDict[str, list[_Tail]] = OrderedDict()
         self._tail_bytes = 0
+        # A parsed body takes ~5-8x its JSON in memory (the bodies of one conversation share their
+        # items): raw bytes held are bounded to an eighth of the runs' bound.
+        self._max_tail_bytes = max_bytes // 8
 
     def load(self, raw: bytes, *, tenant: str) -> dict[str, Any]:
         """``load_body(raw)``, parsing only what ``raw`` appends to a recent body of the tenant
@@ -97,7 +100,7 @@ class ConversationReader:
             while len(tails) > _TAILS_PER_TENANT:
                 self._tail_bytes -= len(tails.pop(0).raw)
             self._tails[tenant] = tails
-            while self._tails and (len(self._tails) > self._max or self._tail_bytes > self._max_bytes // 4):
+            while self._tails and (len(self._tails) > self._max or self._tail_bytes > self._max_tail_bytes):
                 _, dropped = self._tails.popitem(last=False)
                 self._tail_bytes -= sum(len(t.raw) for t in dropped)
 
