@@ -127,6 +127,10 @@ class Timeline:
             self._call(expr)
         elif isinstance(expr, ast.Name):
             self._name(expr)
+        elif isinstance(expr, ast.List) and expr.elts and all(_is_text(e) for e in expr.elts):
+            # `Agent(instructions=[RULES, f"Today is {now}."])`: the parts, joined in this order.
+            for element in expr.elts:
+                self.text(element)
         else:
             self.value(expr)
 
@@ -360,6 +364,11 @@ class Timeline:
                 if isinstance(p, ast.Constant) and isinstance(p.value, str)
             )
         self.scan.pieces.append(self._values.piece(expr, spec_text))
+
+
+def _is_text(node: ast.expr) -> bool:
+    """A string literal, an f-string or a name: an element of a list of instruction texts."""
+    return isinstance(node, ast.Name | ast.JoinedStr) or _is_str(node)
 
 
 def _is_str(node: ast.expr) -> bool:

@@ -113,3 +113,13 @@ def test_a_count_of_a_module_constant_is_static() -> None:
     assert found(source) == []
     turns = "def system_prompt(messages):\n    return f'Turn {len(messages)}. ' + POLICY\n"
     assert found(POLICY + turns) == [("CW102", 6, "error")]
+
+
+def test_a_list_of_instruction_texts_is_read_part_by_part() -> None:
+    source = (
+        "from datetime import datetime\n"
+        + POLICY
+        + "RULES = f'Today is {datetime.now()}. ' + POLICY\n"
+        + "agent = Agent(name='desk', instructions=[RULES, POLICY])\n"
+    )
+    assert found(source) == [("CW101", 6, "info")]  # frozen at import: once per process
