@@ -122,6 +122,21 @@ def sdk_provider(node: ast.Call) -> str | None:
     return _APIS.get(api) if api is not None else None
 
 
+# id(module) -> (the module, {id(call): provider} for its SDK calls): both readers of a module
+# (its prompt sites, its tool lists) ask, and most of its calls are not SDK calls.
+_PROVIDERS: dict[int, tuple[PyModule, dict[int, str]]] = {}
+
+
+def _providers(module: PyModule) -> dict[int, str]:
+    kept = _PROVIDERS.get(id(module))
+    if kept is not None and kept[0] is module:
+        return kept[1]
+    found = {id(c): p for c in module.of_type(ast.Call) if (p := sdk_provider(c)) is not None}
+    _PROVIDERS.clear()  # one module at a time: only the one being checked is asked
+    _PROVIDERS[id(module)] = (module, found)
+    return found
+
+
 def _attrs(node: ast.expr) -> list[str]:
     out: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -190,9 +205,9 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
             yield site
 
     calls = module.of_type(ast.Call)
-    providers = {id(call): sdk_provider(call) for call in calls}
+    providers = _providers(module)
     for call in calls:
-        provider = providers[id(call)]
+        provider = providers.get(id(call))
         if provider is None:
             continue
         model = _literal_model(call)
@@ -214,7 +229,8 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
             for text in _blocks(module, value) if value is not None else ():
                 yield from once(Site(text, system=True, model=literal if isinstance(literal, str) else None))
     for call in calls:
-        yield from (s for site in _call_sites(module, call, providers[id(call)]) for s in once(site))
+        if call.keywords or callee(call) in _SITE_CALLS:  # nothing else is read by `_call_sites`
+            yield from (s for site in _call_sites(module, call, providers.get(id(call))) for s in once(site))
     functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
         *module.of_type(ast.FunctionDef),
         *module.of_type(ast.AsyncFunctionDef),
@@ -263,6 +279,9 @@ def _role_texts(module: PyModule, node: ast.expr) -> Iterator[ast.expr]:
         yield from _blocks(module, content)
 
 
+_SITE_CALLS = frozenset({"Agent", "SystemMessage", *_LANGCHAIN_TEMPLATES})
+
+
 def _call_sites(module: PyModule, node: ast.Call, provider: str | None) -> Iterator[Site]:
     name = callee(node)
     if name == "Agent":
@@ -301,8 +320,9 @@ def _call_sites(module: PyModule, node: ast.Call, provider: str | None) -> Itera
 
 def tool_sites(module: PyModule) -> Iterator[ast.expr]:
     """Expressions that build the tool list an SDK call sends."""
+    providers = _providers(module)
     for node in module.of_type(ast.Call):
-        if sdk_provider(node) is not None:
+        if id(node) in providers:
             for k in node.keywords:
                 if k.arg in ("tools", "functions"):
                     yield k.value

@@ -8,7 +8,7 @@ import itertools
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -38,20 +38,26 @@ class Source:
     path: str
     text: str
     kind: Kind
-    _starts: list[int] = field(default_factory=list)
+    # Built on first use: most files a walk finds have no finding and no site, and never need it.
+    _table: list[int] | None = None
 
-    def __post_init__(self) -> None:
-        self._starts = line_starts(self.text)
+    @property
+    def _starts(self) -> list[int]:
+        if self._table is None:
+            self._table = line_starts(self.text)
+        return self._table
 
     def position(self, offset: int) -> tuple[int, int]:
         """(line, column), both 1-based, of a character offset."""
         offset = max(0, min(offset, len(self.text)))
-        index = bisect.bisect_right(self._starts, offset) - 1
-        return index + 1, offset - self._starts[index] + 1
+        starts = self._starts
+        index = bisect.bisect_right(starts, offset) - 1
+        return index + 1, offset - starts[index] + 1
 
     def line_start(self, line: int) -> int:
         """Offset of the first character of a 1-based line."""
-        return self._starts[max(0, min(line, len(self._starts)) - 1)]
+        starts = self._starts
+        return starts[max(0, min(line, len(starts)) - 1)]
 
     def line_text(self, line: int) -> str:
         start = self.line_start(line)
