@@ -23,6 +23,8 @@ Never delaying a request:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
 import os
 import subprocess
@@ -41,6 +43,7 @@ from .metrics import Metrics
 
 logger = logging.getLogger("cachewarden.proxy")
 
+PIPE_BYTES = 2**20
 # Bound on the bytes waiting in one worker's pipe buffer (bodies of queued requests).
 MAX_BUFFERED_BYTES = 256 * 2**20
 _MODULE = "cachewarden.proxy.server.analysis_worker"
@@ -86,6 +89,15 @@ class _Reader(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.pool._lost(self.worker)
+
+
+def _widen(fd: int) -> None:
+    """A pipe of ``PIPE_BYTES`` instead of 64 KiB: a body (often 40 KB+) is written in one go and
+    a few dozen wait in the kernel, rather than in the transport's buffer, which asyncio writes
+    out in pieces on the event loop while the worker (at a lower priority) is busy."""
+    # Above /proc/sys/fs/pipe-max-size, or not Linux: the default size, and more loop work.
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
 class AnalysisPool:
@@ -136,6 +148,8 @@ class AnalysisPool:
         loop = asyncio.get_running_loop()
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
+        for fd in (to_worker_w, from_worker_w):
+            _widen(fd)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", _MODULE, str(to_worker_r), str(from_worker_w)],

@@ -112,6 +112,8 @@ class Metrics:
         tenant_labels: Collection[str] | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # Run before every export: updates kept aside to be applied in bulk (metric_records.Applier).
+        self.before_export: list[Callable[[], None]] = []
         self.model_label = ModelLabels(max_models, known_models)
         # A `tenant` label exists only when the operator names the tenants it may carry: tenant ids
         # can be unbounded (one per API key), and a label must never become a side channel.
@@ -264,4 +266,6 @@ class Metrics:
             self.input_tokens.labels(*base, source, kind).inc(tokens)
 
     def exposition(self) -> bytes:
+        for hook in self.before_export:
+            hook()
         return generate_latest(self.registry)

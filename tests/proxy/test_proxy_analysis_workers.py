@@ -220,6 +220,9 @@ def test_worker_metric_records_keep_the_registry_contract() -> None:
     applier.apply(0, one.drain())
     applier.apply(1, two.drain())
     assert one.drain() == []
+    lookups = {"stage": "lookup"}
+    assert metrics.registry.get_sample_value("cachewarden_index_backend_errors_total", lookups) == 0
+    metrics.exposition()  # applies what waits (the registry is touched in bulk, before an export)
     value = metrics.registry.get_sample_value
     base = {"provider": "openai-chat", "model": "gpt-4.1", "tenant": "team-a"}
     assert value("cachewarden_findings_total", {**base, "code": "CW101", "reason": "clock"}) == 2
