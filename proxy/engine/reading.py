@@ -27,13 +27,20 @@ import orjson
 
 from .adapters import ItemRun, Resume, detect_provider, load_body, parse_request
 from .adapters._items import first_difference
-from .adapters._splice import closes_items, closing_candidate, extend, items_key
+from .adapters._splice import closes_items, closing_candidate, extend, find_closing, items_key, splice_point
 from .prompt import Basis, Prompt, Provider
 
 # Items that name a conversation: a system prompt and the first user turn.
 _KEY_ITEMS = 2
-# Raw bodies kept per tenant for the next one to extend (``load``): its few conversations at once.
-_TAILS_PER_TENANT = 8
+# Raw bodies kept per tenant for the next one to extend (``load``): one API key often serves many
+# conversations at once. Bodies not yet extended are probed (a memcmp of what they share) only for
+# the newest few; the others are told apart by the last bytes of their last item.
+_TAILS_PER_TENANT = 64
+_PROBES = 4
+_GLANCE = 64
+# Bodies up to this size have their items' end found as they are parsed (about one more parse of
+# them); larger ones only when a later body looks like it extends them.
+_PROVE_AT_ONCE = 64 * 1024
 
 
 @dataclass(slots=True, eq=False)
@@ -45,6 +52,7 @@ class _Tail:
     body: dict[str, Any]
     key: str
     close: int | None = None
+    at: int = 0  # where items are inserted (splice_point), once ``close`` is known
 
 
 class ConversationReader:
@@ -69,24 +77,43 @@ class ConversationReader:
             return load_body(raw)
         with self._lock:
             tails = list(self._tails.get(tenant, ()))
+        probes = _PROBES
         for tail in reversed(tails):
             if tail.close is None:
-                # A body that may follow this one: where this one's items close, proved once.
+                # A body that may follow this one: where this one's items close, proved once (for
+                # the newest few such bodies only: each look costs a memcmp of the shared bytes).
+                if not probes:
+                    continue
+                probes -= 1
                 bracket = closing_candidate(tail.raw, first_difference(raw, tail.raw))
                 if bracket is None:
                     continue  # not this one's extension (another conversation, an edit)
                 tail.close = bracket if closes_items(tail.raw, tail.body, tail.key, bracket) else -1
-            if tail.close < 0:
+                tail.at = splice_point(tail.raw, tail.close)
+            if tail.close < 0 or len(raw) <= len(tail.raw):
+                continue
+            # Where this body's last item ends, and a few bytes before: most tails of the tenant
+            # are other conversations, told apart here for the cost of a short memcmp.
+            near = max(0, tail.at - _GLANCE)
+            if not raw.startswith(memoryview(tail.raw)[near : tail.at], near):
                 continue
             spliced = extend(raw, tail.raw, tail.body, tail.key, tail.close)
             if spliced is not None:
                 grown = len(raw) - len(tail.raw)
-                self._keep_tail(tenant, _Tail(raw, spliced, tail.key, tail.close + grown), replaces=tail)
+                moved = _Tail(raw, spliced, tail.key, tail.close + grown, tail.at + grown)
+                self._keep_tail(tenant, moved, replaces=tail)
                 return spliced
         body = load_body(raw)
         key = items_key(body)
         if key is not None:
-            self._keep_tail(tenant, _Tail(raw, body, key))
+            tail = _Tail(raw, body, key)
+            if len(raw) <= _PROVE_AT_ONCE:
+                # Cheap while a conversation is short, and its next bodies inherit the offset: even
+                # among many conversations at once, each finds its own tail by a glance.
+                found = find_closing(raw, body, key)
+                tail.close = -1 if found is None else found
+                tail.at = 0 if found is None else splice_point(raw, found)
+            self._keep_tail(tenant, tail)
         return body
 
     def _keep_tail(self, tenant: str, tail: _Tail, replaces: _Tail | None = None) -> None:

@@ -129,7 +129,7 @@ def test_an_appended_turn_is_parsed_alone(layout: dict[str, Any], key_first: boo
         if not key_first:
             fields = {"model": "gpt-4o", "tools": TOOLS, "messages": items}
         body = _same(reader, _dump(fields, layout))
-        if previous is not None and turn >= 2:  # the second body proves where the first one's items end
+        if previous is not None:
             assert body["messages"][0] is previous["messages"][0]
             assert body["tools"] is previous["tools"]
         previous = body
@@ -170,3 +170,30 @@ def test_deep_appended_items_are_refused_as_load_body_refuses_them() -> None:
         deep = [deep]
     raw = _dump({**base, "messages": [*base["messages"], {"role": "user", "content": "b"}, deep]}, {})
     assert _same(reader, raw) is None
+
+
+def test_many_conversations_of_one_tenant_each_extend_their_own() -> None:
+    """One API key, 30 agents sharing a system prompt and tools, their turns interleaved: each body
+    is parsed from where its own conversation's previous one ended."""
+    reader = ConversationReader()
+    system = {"role": "system", "content": "You are an agent. " * 200}
+    convs: list[list[Any]] = [[system, {"role": "user", "content": f"task {c}"}] for c in range(30)]
+    held: list[Any] = [None] * 30
+    for turn in range(4):
+        for c, items in enumerate(convs):
+            items.append({"role": "assistant", "content": f"step {turn} of {c}"})
+            body = _same(reader, _dump({"messages": items, "model": "m", "tools": TOOLS}, {}))
+            if held[c] is not None:
+                assert body["messages"][1] is held[c]["messages"][1], (turn, c)
+            held[c] = body
+
+
+def test_a_large_body_seen_first_is_extended_once_a_later_body_grows_it() -> None:
+    """A body over the size proved at once (a conversation the proxy joins late) gets its items' end
+    proved when the next body looks like its extension."""
+    reader = ConversationReader()
+    items: list[Any] = [{"role": "user", "content": "x" * 100_000}]
+    first = _same(reader, _dump({"model": "m", "messages": items}, {}))
+    items = [*items, {"role": "assistant", "content": "ok"}]
+    second = _same(reader, _dump({"model": "m", "messages": items}, {}))
+    assert second["messages"][0] is first["messages"][0]

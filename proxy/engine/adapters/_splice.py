@@ -30,9 +30,11 @@ import orjson
 
 from ._body import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, CheckedBody, json_depth_ok
 
-__all__ = ["closes_items", "closing_candidate", "extend", "items_key", "splice_point"]
+__all__ = ["closes_items", "closing_candidate", "extend", "find_closing", "items_key", "splice_point"]
 
 _WHITESPACE = b" \t\r\n"
+# Brackets ``find_closing`` tries from the end of a body before it gives up.
+_LOOKS = 256
 
 
 def items_key(body: Mapping[str, Any]) -> str | None:
@@ -51,6 +53,20 @@ def closing_candidate(raw: bytes, near: int) -> int | None:
     if c < 0 or raw[near:c].strip(_WHITESPACE):
         return None
     return c
+
+
+def find_closing(raw: bytes, body: Mapping[str, Any], key: str) -> int | None:
+    """The ``]`` that closes ``body[key]`` in ``raw``, proved (``closes_items``), looked for from
+    the end: what follows the items (tools, a schema) holds a few brackets of its own."""
+    end = len(raw)
+    for _ in range(_LOOKS):
+        c = raw.rfind(b"]", 0, end)
+        if c < 0:
+            return None
+        if closes_items(raw, body, key, c):
+            return c
+        end = c
+    return None
 
 
 def closes_items(raw: bytes, body: Mapping[str, Any], key: str, c: int) -> bool:
