@@ -77,12 +77,40 @@ def _areas(prompt: Prompt) -> dict[str, Sequence[int]]:
         held = _areas_memo.get(id(segs))
     if held is not None and held[0] is segs:
         return held[1]
-    areas = _scan_areas(segs)
+    areas = _grown_areas(prompt) or _scan_areas(segs)
     with _areas_lock:
         _areas_memo[id(segs)] = (segs, areas)
         while len(_areas_memo) > _AREAS_HELD:
             _areas_memo.popitem(last=False)
     return areas
+
+
+def _grown_areas(prompt: Prompt) -> dict[str, Sequence[int]] | None:
+    """The areas of a prompt read from an earlier one (``Prompt.basis``) whose areas are known and
+    end in messages, when all it adds after what they share are messages: the earlier areas with a
+    longer messages range (only the new segments are looked at)."""
+    basis = prompt.basis
+    earlier = basis.prompt() if basis is not None else None
+    if basis is None or earlier is None:
+        return None
+    with _areas_lock:
+        held = _areas_memo.get(id(earlier.segments))
+    if held is None or held[0] is not earlier.segments:
+        return None
+    messages = held[1]["messages"]
+    if not isinstance(messages, range) or messages.stop != len(earlier.segments):
+        return None
+    shared = min(basis.shared, len(earlier.segments), len(prompt.segments))
+    # A basis names what was not read again, not what is equal (a new head is counted in it): the
+    # same objects, compared by identity first, in C. And a message past the leading system ones
+    # must be among them: every later message is then in the messages area.
+    if messages.start >= shared or earlier.segments[:shared] != prompt.segments[:shared]:
+        return None
+    rest = prompt.segments[shared:]
+    kinds = list(map(_KIND, rest))
+    if "tool" in kinds or "schema" in kinds or None in map(_MESSAGE_INDEX, rest):
+        return None
+    return {**held[1], "messages": range(messages.start, len(prompt.segments))}
 
 
 def _scan_areas(segs: tuple[Segment, ...]) -> dict[str, Sequence[int]]:

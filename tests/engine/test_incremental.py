@@ -21,6 +21,7 @@ from cachewarden.proxy.engine.counting_memo import LatestStreams
 from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.engine.prompt import Provider
 from cachewarden.proxy.engine.reading import ConversationReader
+from cachewarden.proxy.explain import structure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -170,7 +171,8 @@ def _check(provider: Provider, bodies: list[bytes]) -> None:
         except Exception as exc:  # the same error either way
             errors.append(str(exc))
         try:
-            got = reader.parse(load_body(raw), provider, tenant="t")
+            # As the proxy reads it: parsed from where it extends the previous body, then resumed.
+            got = reader.parse(reader.load(raw, tenant="t"), provider, tenant="t")
         except Exception as exc:
             assert errors == [str(exc)], n
             continue
@@ -181,6 +183,8 @@ def _check(provider: Provider, bodies: list[bytes]) -> None:
         assert a.prediction == b.prediction, n
         # Entry ids are unique per analysis; what they point to is compared through the matches.
         assert replace(a.match, entry_id=None) == replace(b.match, entry_id=None), n
+        # Attribution's areas, grown from the earlier prompt's where it can, are the scanned ones.
+        assert structure._areas(got) == structure._scan_areas(got.segments), n
 
 
 @pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic"])
