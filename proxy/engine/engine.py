@@ -196,7 +196,7 @@ class Engine:
             now=now,
         )
         marks = _MarkBook(self.index, scope, stream, now, rules.ttl_seconds, rules.max_ttl_seconds)
-        prediction = predict(prompt, tp, rules, match, marks.lookup)
+        prediction = predict(prompt, tp, rules, match, marks.lookup, now=now)
 
         previous = self.history(wide_match.entry_id, tenant)
         heads = area_heads(prompt, tp.spans)

@@ -15,7 +15,7 @@ from cachewarden.proxy.replay.replayer import replay
 from cachewarden.proxy.replay.report import Report
 from replay_fixtures import SYSTEM, anthropic, chat, line, write_log
 
-T0 = 1_700_000_000
+T0 = 1_750_000_000  # June 2025: after OpenAI prompt caching began (CacheRules.since)
 ROW_KEYS = ["index", "provider", "model", "tokens", "predicted", "reported", "reasons"]
 SPLIT_KEYS = {"cached_tokens", "cache_write_tokens", "uncached_tokens"}
 

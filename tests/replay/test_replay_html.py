@@ -16,7 +16,7 @@ import pytest
 from cachewarden.proxy.cli.replay import main
 from replay_fixtures import SYSTEM, chat, write_log
 
-T0 = 1_700_000_000
+T0 = 1_750_000_000  # June 2025: after OpenAI prompt caching began (CacheRules.since)
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 PAYLOAD = '</pre></script><script>document.title="pwned"</script><img src=x onerror="alert(1)">'
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None)

@@ -11,7 +11,7 @@ from cachewarden.proxy.replay.replayer import Problem, Row, replay
 from cachewarden.proxy.replay.report import Report
 from replay_fixtures import BUILDERS, SHARED_DATA, SYSTEM, chat, line
 
-T0 = 1_700_000_000
+T0 = 1_750_000_000  # June 2025: after OpenAI prompt caching began (CacheRules.since)
 
 
 def rows_of(lines: list[str], **kwargs: object) -> tuple[list[Row], list[Problem]]:
