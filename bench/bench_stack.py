@@ -24,10 +24,11 @@ client: added p50 / p99 over the direct path at that level, the process group's 
 i.e. the run's analysis ended), the forwarding process's alone ("fwd"), and the p99
 itself, as ratios against the baseline at the same level (on 2 cores the load generator competes
 with the servers: at 32+ clients "added" can be negative), and the requests whose analysis was
-dropped (``analysis_dropped_total``: the analysis fell behind its bounded queue).
+dropped (``analysis_dropped_total``: the analysis fell behind its bounded queue; the CPU per
+request is then that of the analysed share: ``--analysis-backlog 100000`` keeps every analysis).
 
 Run: ``python bench/bench_stack.py [--sequential N] [--concurrent N] [--no-cachewarden] [--sweep LEVELS]``
-(``--per-client N``: requests per client in the sweep)
+(``--per-client N``: requests per client in the sweep; ``--analysis-backlog N``: cachewarden's)
 """
 
 from __future__ import annotations
@@ -87,8 +88,9 @@ def start(upstream: Server, with_cachewarden: bool) -> dict[str, Server]:
     return servers
 
 
-def cachewarden_argv(port: int, upstream: Server, workers: bool) -> list[str]:
+def cachewarden_argv(port: int, upstream: Server, workers: bool, backlog: int | None = None) -> list[str]:
     argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
+    argv += [] if backlog is None else ["--analysis-backlog", str(backlog)]
     argv += ["--openai-upstream", upstream.url, "--anthropic-upstream", upstream.url]
     return argv + (["--analysis-processes", "--analysis-workers", str(WORKERS)] if workers else [])
 
@@ -122,10 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-cachewarden", action="store_true", help="the bare stacks only")
     parser.add_argument("--sweep", metavar="LEVELS", help="a concurrency sweep instead, e.g. 1,8,32,64")
     parser.add_argument("--per-client", type=int, default=20, help="requests per client in the sweep")
+    parser.add_argument(
+        "--analysis-backlog", type=int, help="the sweep's cachewarden --analysis-backlog (its default: 256)"
+    )
     args = parser.parse_args(argv)
     if args.sweep:
         levels = [int(v) for v in args.sweep.split(",") if v.strip()]
-        return sweep(levels, args.per_client)
+        return sweep(levels, args.per_client, args.analysis_backlog)
     if shutil.which("nginx") is None:
         print("bench_stack: needs nginx (apt-get install nginx-light)", file=sys.stderr)
         return 2
@@ -161,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def sweep(levels: Sequence[int], per_client: int) -> int:
+def sweep(levels: Sequence[int], per_client: int, backlog: int | None = None) -> int:
     """Direct, the baseline stack and both cachewarden paths at each concurrency level (module doc)."""
     if shutil.which("nginx") is None:
         print("bench_stack: needs nginx (apt-get install nginx-light)", file=sys.stderr)
@@ -177,10 +182,16 @@ def sweep(levels: Sequence[int], per_client: int) -> int:
         owners = {"direct": nginx, BASELINE: bare}
         for name in PROXIES:
             port = free_port()
-            owners[name] = python_server(name, cachewarden_argv(port, nginx, name != "cachewarden"), port)
+            argv = cachewarden_argv(port, nginx, name != "cachewarden", backlog)
+            owners[name] = python_server(name, argv, port)
         try:
-            for s in owners.values():
+            for i, s in enumerate(owners.values()):
                 s.wait_ready()
+                # Warm: a cold process (a worker's first lint, first tokenizer use) is not a level's cost.
+                # Several tenants, so that every analysis worker process is warmed.
+                for t in range(8):
+                    warm = [workload.bodies(900_000 + 100 * i + 10 * t + w, 6) for w in range(2)]
+                    asyncio.run(concurrent(s.url + "/v1/chat/completions", warm, f"sk-warm-{i}-{t}"))
             head = ("clients", "path", "+p50", "+p99", "CPU/req", "fwd CPU/req", "CPU vs base")
             head += ("fwd vs base", "+p50 vs base", "p99 vs base", "dropped")
             print(f"{head[0]:>7} {head[1]:<20}" + "".join(f"{h:>13}" for h in head[2:]))

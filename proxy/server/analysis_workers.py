@@ -9,10 +9,10 @@ does the forwarder count the request, the reported usage and write the access lo
 metric and log line looks as with threads.
 
 Never delaying a request:
-- writes go through asyncio's pipe transports: a busy worker makes the write buffer grow, never
-  the event loop wait; at most ``backlog`` requests are in the workers (and ``MAX_BUFFERED_BYTES``
-  waiting in a pipe's buffer): beyond that, or while a worker restarts, a request is forwarded
-  unanalysed and counted in ``analysis_dropped_total`` (its usage is still counted);
+- writes to a pipe never block (``_PipeWriter``): a busy worker makes the frames waiting in the
+  forwarder grow, never the event loop wait; at most ``backlog`` requests are in the workers (and
+  ``MAX_BUFFERED_BYTES`` waiting for one pipe): beyond that, or while a worker restarts, a request
+  is forwarded unanalysed and counted in ``analysis_dropped_total`` (its usage is still counted);
 - a worker that dies (its pipe closes) is started again and counted in
   ``analysis_worker_restarts_total``; the analysis of its requests in flight is lost and counted
   as dropped (their requests and usage are counted all the same);
@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,12 +70,77 @@ class _Job:
 class _Worker:
     index: int
     proc: subprocess.Popen[bytes]
-    writer: asyncio.WriteTransport | None = None
+    writer: _PipeWriter | None = None
     jobs: dict[str, _Job] = field(default_factory=dict)
     ready: asyncio.Future[int] | None = None
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     started: float = field(default_factory=time.monotonic)
     alive: bool = False
+
+
+class _PipeWriter:
+    """Writes frames to a worker's pipe without ever blocking the event loop: what the pipe does not
+    take waits in a deque of memoryviews, written out when the pipe is writable again. (asyncio's
+    pipe transport keeps one bytearray and deletes each written piece from its front: with
+    megabytes of bodies waiting, every write of the pipe's size moves all the rest.)"""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self.loop, self.fd = loop, fd
+        self.frames: deque[memoryview] = deque()
+        self.buffered = 0
+        self.closed = False
+        self._waiting = False
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        view = memoryview(data)
+        if not self.frames:
+            written = self._write(view)
+            if written is None or written == len(view):
+                return
+            view = view[written:]
+        self.frames.append(view)
+        self.buffered += len(view)
+        if not self._waiting:
+            self.loop.add_writer(self.fd, self._drain)
+            self._waiting = True
+
+    def _write(self, view: memoryview) -> int | None:
+        """Bytes written (0 if the pipe is full); None once the pipe broke (the worker is gone)."""
+        try:
+            return os.write(self.fd, view)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            self.close()
+            return None
+
+    def _drain(self) -> None:
+        while self.frames:
+            head = self.frames[0]
+            written = self._write(head)
+            if written is None:
+                return
+            self.buffered -= written
+            if written < len(head):
+                self.frames[0] = head[written:]
+                return
+            self.frames.popleft()
+        self.loop.remove_writer(self.fd)
+        self._waiting = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._waiting:
+            self.loop.remove_writer(self.fd)
+            self._waiting = False
+        self.frames.clear()
+        self.buffered = 0
+        os.close(self.fd)
 
 
 class _Reader(asyncio.Protocol):
@@ -140,9 +206,15 @@ class AnalysisPool:
 
     async def start(self) -> None:
         """Starts every worker and waits until each is ready (raises if one cannot start)."""
-        started = await asyncio.gather(*(self._spawn(i) for i in range(len(self.workers))))
+        started = await asyncio.gather(
+            *(self._spawn(i) for i in range(len(self.workers))), return_exceptions=True
+        )
         for worker in started:
-            self.workers[worker.index] = worker
+            if isinstance(worker, _Worker):
+                self.workers[worker.index] = worker  # stop() ends it if another one failed
+        for failed in started:
+            if isinstance(failed, BaseException):
+                raise failed
 
     async def _spawn(self, index: int) -> _Worker:
         loop = asyncio.get_running_loop()
@@ -160,7 +232,7 @@ class AnalysisPool:
             os.close(to_worker_r)
             os.close(from_worker_w)
         worker = _Worker(index, proc, ready=loop.create_future())
-        writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(to_worker_w, "wb", buffering=0))
+        writer = _PipeWriter(loop, to_worker_w)
         worker.writer = writer
         await loop.connect_read_pipe(
             lambda: _Reader(self, worker), os.fdopen(from_worker_r, "rb", buffering=0)
@@ -186,7 +258,7 @@ class AnalysisPool:
             job = self.jobs.pop(message[1], None)
             if job is not None:
                 job.worker.jobs.pop(message[1], None)
-                self.complete(job.flow, message[2:])
+                self._complete(job.flow, message[2:])
         elif kind == "ready" and worker.ready is not None and not worker.ready.done():
             worker.ready.set_result(message[1])
 
@@ -234,9 +306,11 @@ class AnalysisPool:
     def submit(self, flow: Flow) -> bool:
         """Hands a request to its tenant's worker; False (drop it) when the workers are full or down."""
         worker = self.workers[lane_of(flow.tenant, len(self.workers))]
-        if worker is None or not worker.alive or worker.writer is None or self.stopping:
+        if worker is None or not worker.alive or worker.writer is None or worker.writer.closed:
             return False
-        if len(self.jobs) >= self.backlog or worker.writer.get_write_buffer_size() > MAX_BUFFERED_BYTES:
+        if self.stopping:
+            return False
+        if len(self.jobs) >= self.backlog or worker.writer.buffered > MAX_BUFFERED_BYTES:
             return False
         job = _Job(flow, worker)
         self.jobs[flow.id] = job
@@ -251,7 +325,7 @@ class AnalysisPool:
         if job is None:
             return False
         job.responded = True
-        if job.lost or job.worker.writer is None:
+        if job.lost or job.worker.writer is None or job.worker.writer.closed:
             self._finish_lost(flow.id, job)
         else:
             job.worker.writer.write(frame(("resp", flow.id, response_state(flow))))
@@ -259,7 +333,13 @@ class AnalysisPool:
 
     def _finish_lost(self, fid: str, job: _Job) -> None:
         self.jobs.pop(fid, None)
-        self.complete(job.flow, None)
+        self._complete(job.flow, None)
+
+    def _complete(self, flow: Flow, done: Done | None) -> None:
+        try:
+            self.complete(flow, done)
+        except Exception:  # raised into the pipe's protocol it would close the pipe: log it only
+            logger.exception("counting flow %s failed", flow.id)
 
     # -- shutdown --------------------------------------------------------------------------------
 

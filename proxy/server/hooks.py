@@ -13,6 +13,11 @@ Hooks fail open: any exception is logged, counted in ``analysis_errors_total{sta
 client sees nothing. Analyzers run in several threads at once (one per request), so shared state
 in an analyzer needs a lock. ``flow.metadata`` carries state from ``request`` to ``response``.
 An analyzer may also have a ``close()`` method: it runs once at shutdown, after the last hook.
+
+With ``--analysis-processes`` the analyzers run in worker processes instead (analysis_worker.py):
+each builds its own from a factory, on a ``Metrics`` that records the updates for the forwarder
+(metric_records.py); ``flow.metadata`` then stays in the worker, and the forwarder gets back the
+model, the metric updates and the access log's ``count`` / ``diagnosis``.
 """
 
 from __future__ import annotations
