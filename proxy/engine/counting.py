@@ -19,6 +19,7 @@ from .framing import FRAMING as FRAMING
 from .framing import Framing as Framing
 from .framing import framing_for as framing_for
 from .framing import legacy_calls
+from .index.query import derived
 from .models import ModelTable
 from .prompt import Prompt, Segment, digest_text
 from .rendering import (
@@ -244,9 +245,12 @@ class PromptCounter:
         segs = prompt.segments
         resumed = self._resumable.resume(prompt)
         if resumed is not None:
-            shape, start, tokens, spans = resumed
+            shape, start, tokens, spans = resumed.shape, resumed.start, resumed.tokens, resumed.spans
         else:
             shape, start, tokens, spans = self._shape(segs, framing), 0, [], []
+        # The shortest the stream gets below its resumed head (a framing correction drops tokens):
+        # while it stays at the head's end, the new stream starts with the earlier one's head.
+        low = len(tokens)
         host, first_tool, last_tool = shape.host, shape.first_tool, shape.last_tool
         legacy = framing.typescript_tools and prompt.provider == "openai-chat"
         # The tool-use system prompt depends on tool_choice, but tool_choice does not invalidate the tools
@@ -269,15 +273,15 @@ class PromptCounter:
                     tokens.extend([PAD] * max(0, lead))
                     if framing.typescript_tools:
                         tokens.extend(self._content_raw(tok, "tools-head", TOOLS_HEAD))
-                    _shift(tokens, min(0, lead))
+                    low = _shift(tokens, min(0, lead), low)
                 tokens.extend([PAD] * framing.per_tool)
                 tokens.extend(self._segment_content(tok, framing, seg))
                 if framing.typescript_tools:
-                    _shift(tokens, self._tool_correction(tok, framing, seg))
-                    _shift(tokens, self._join(tok, segs[i - 1] if i > first_tool else None, seg))
+                    low = _shift(tokens, self._tool_correction(tok, framing, seg), low)
+                    low = _shift(tokens, self._join(tok, segs[i - 1] if i > first_tool else None, seg), low)
                 if i == last_tool and framing.typescript_tools:
                     tokens.extend(self._content_raw(tok, "tools-tail", TOOLS_TAIL))
-                    _shift(tokens, self._join(tok, seg, None))
+                    low = _shift(tokens, self._join(tok, seg, None), low)
             elif seg.kind == "schema":
                 lead = framing.schema_once
                 if framing.schema_alone is not None and first_tool < 0:
@@ -285,7 +289,7 @@ class PromptCounter:
                     lead = framing.schema_alone + (self._own_message(tok, framing) if host is None else 0)
                 tokens.extend([PAD] * max(0, lead))
                 tokens.extend(self._segment_content(tok, framing, seg))
-                _shift(tokens, min(0, lead))
+                low = _shift(tokens, min(0, lead), low)
             elif group is None:
                 # Top-level system text (Anthropic system, Responses instructions): one message of its own
                 # for OpenAI; for Anthropic a one-off overhead for the whole system prompt.
@@ -333,7 +337,7 @@ class PromptCounter:
                 elif seg.kind == "tool_result":
                     tokens.extend([PAD] * own.per_tool_result)
                 tokens.extend(self._segment_content(tok, own, seg))
-                _shift(tokens, after)
+                low = _shift(tokens, after, low)
                 if i == host:
                     tokens.extend([PAD] * self._separator(tok, seg.text))
                 if closes and framing.per_message >= 2:
@@ -347,9 +351,13 @@ class PromptCounter:
             tokens.extend(self._recipient(tok, primed, prompt.forced_function))
             tokens.extend([PAD] * framing.forced_call)
         hidden = self._request_extras(tok, framing, prompt, has_tools=first_tool >= 0)
+        stream = tuple(tokens)
+        if resumed is not None and low >= resumed.end and type(resumed.earlier) is tuple:
+            # Shared by construction: the index compares only what follows (query.derived).
+            derived(stream, resumed.earlier, resumed.end)
         result = TokenizedPrompt(
             # A tuple: the prefix index shares its work on an immutable stream between calls.
-            tokens=tuple(tokens),
+            tokens=stream,
             spans=tuple(spans),
             tokenizer=tok.name,
             ratio=ratio,
@@ -357,7 +365,8 @@ class PromptCounter:
             hidden=hidden,
             preamble=framing.preamble if first_tool >= 0 else 0,
         )
-        self._resumable.put(prompt, result, replace(shape, first_system=first_system))
+        # The lists go to the next prompt of the conversation, which extends them in place.
+        self._resumable.put(prompt, result, replace(shape, first_system=first_system), (tokens, spans))
         return result
 
     def _shape(self, segs: Sequence[Segment], framing: Framing) -> Shape:
@@ -387,13 +396,16 @@ def _legacy_segment(seg: Segment) -> bool:
     return seg.kind == "tool_result" and seg.role == "function"
 
 
-def _shift(tokens: list[int], n: int) -> None:
+def _shift(tokens: list[int], n: int, low: int) -> int:
     """Apply a framing correction of ``n`` tokens to the stream: PADs when positive, else drop the last
-    ``-n`` tokens (of the part just added), so that the stream length stays the provider's count."""
+    ``-n`` tokens (of the part just added), so that the stream length stays the provider's count.
+    Returns the lowest length the stream has had (``low`` before)."""
     if n > 0:
         tokens.extend([PAD] * n)
     elif n < 0:
         del tokens[n:]
+        return min(low, len(tokens))
+    return low
 
 
 def _reply(n: int) -> Iterable[int]:

@@ -72,13 +72,30 @@ class Shape:
     first_system: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class _Tokenized:
     segments: tuple[Segment, ...]  # held: the key is its id
     provider: str
     model: str
     tokenized: TokenizedPrompt
     shape: Shape
+    # The lists ``tokenized``'s tuples were made from (equal to them, never changed since), for the
+    # next prompt of the conversation to take over and extend: one copy of the stream per request
+    # (its tuple) instead of three. Taken once; a second prompt on the same basis copies the tuple.
+    work: tuple[list[int], list[tuple[int, int]]] | None
+    weight: int  # tokens counted against the bound for this entry (its lists too while held)
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Where tokenizing a prompt starts: its basis' stream up to there, as lists to extend."""
+
+    shape: Shape
+    start: int  # the first segment to tokenize
+    tokens: list[int]  # the basis' stream up to ``start`` (``earlier[:end]``)
+    spans: list[tuple[int, int]]
+    earlier: Sequence[int]  # the basis' whole stream
+    end: int  # len(tokens) as resumed: ``tokens[:end]`` stays ``earlier[:end]`` unless cut below it
 
 
 class LatestStreams:
@@ -98,23 +115,39 @@ class LatestStreams:
             held = self._data.get(id(segments))
         return held if held is not None and held.segments is segments else None
 
-    def put(self, prompt: Prompt, tokenized: TokenizedPrompt, shape: Shape) -> None:
-        entry = _Tokenized(prompt.segments, prompt.provider, prompt.model, tokenized, shape)
+    def put(
+        self,
+        prompt: Prompt,
+        tokenized: TokenizedPrompt,
+        shape: Shape,
+        work: tuple[list[int], list[tuple[int, int]]] | None = None,
+    ) -> None:
+        """Hold ``tokenized``; ``work``: the lists its tokens and spans were made from, handed over
+        (the caller never touches them again)."""
+        weight = len(tokenized.tokens) * (2 if work is not None else 1)
+        entry = _Tokenized(prompt.segments, prompt.provider, prompt.model, tokenized, shape, work, weight)
         with self._lock:
             old = self._data.pop(id(prompt.segments), None)
             if old is not None:
-                self._tokens -= len(old.tokenized.tokens)
+                self._tokens -= old.weight
             self._data[id(prompt.segments)] = entry
-            self._tokens += len(tokenized.tokens)
+            self._tokens += weight
             while len(self._data) > self._max or self._tokens > self._max_tokens:
                 _, dropped = self._data.popitem(last=False)
-                self._tokens -= len(dropped.tokenized.tokens)
+                self._tokens -= dropped.weight
 
-    def resume(self, prompt: Prompt) -> tuple[Shape, int, list[int], list[tuple[int, int]]] | None:
+    def _take(self, held: _Tokenized) -> tuple[list[int], list[tuple[int, int]]] | None:
+        with self._lock:
+            work, held.work = held.work, None
+        return work
+
+    def resume(self, prompt: Prompt) -> Resumed | None:
         """Where tokenizing ``prompt`` can start from its basis' stream, with that stream's head.
 
         Only at a message boundary after the tools, the schema and the host message, with nothing
         but messages after it: every framing decision before that point is then the basis' own.
+        The basis' leading ``shared`` segments are the prompt's own (``reading`` proves it: the
+        same objects, or a re-read head equal to the earlier one), so nothing here walks them.
         """
         basis = prompt.basis
         earlier = basis.prompt() if basis is not None else None
@@ -125,7 +158,7 @@ class LatestStreams:
             return None
         old, new = earlier.segments, prompt.segments
         j = min(basis.shared, len(old), len(new))
-        if old[:j] != new[:j]:  # the same objects, bar the few re-read head segments
+        if j and old[j - 1] != new[j - 1]:  # a cheap guard: the last shared segment
             return None
         while j > 0 and not (_boundary(old, j) and _boundary(new, j)):
             j -= 1
@@ -134,8 +167,16 @@ class LatestStreams:
             return None
         if any(s.kind in ("tool", "schema") for s in new[j:]):
             return None
+        stream = held.tokenized.tokens
         end = held.tokenized.spans[j - 1][1]
-        return shape, j, list(held.tokenized.tokens[:end]), list(held.tokenized.spans[:j])
+        work = self._take(held)
+        if work is None:
+            return Resumed(shape, j, list(stream[:end]), list(held.tokenized.spans[:j]), stream, end)
+        tokens, spans = work
+        # Cut in place: only what follows ``end`` is freed (a slice would copy the whole stream).
+        del tokens[end:]
+        del spans[j:]
+        return Resumed(shape, j, tokens, spans, stream, end)
 
 
 def _boundary(segs: Sequence[Segment], j: int) -> bool:

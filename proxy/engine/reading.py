@@ -152,8 +152,9 @@ class ConversationReader:
         if run is None:
             return prompt
         if held is not None and run.reused:
-            head = len(prompt.segments) - len(run.segments)
-            prompt = replace(prompt, basis=Basis(weakref.ref(held[1]), head + run.reused))
+            shared = _shared_head(held[1], len(held[0].segments), prompt, len(run.segments))
+            if shared is not None:
+                prompt = replace(prompt, basis=Basis(weakref.ref(held[1]), shared + run.reused))
         self._keep(key, run, prompt)
         return prompt
 
@@ -167,6 +168,23 @@ class ConversationReader:
             while self._runs and (len(self._runs) > self._max or self._bytes > self._max_bytes):
                 _, (dropped, _) = self._runs.popitem(last=False)
                 self._bytes -= dropped.size
+
+
+def _shared_head(earlier: Prompt, earlier_items: int, prompt: Prompt, items: int) -> int | None:
+    """The length of the head (tools, schema, top-level system: what precedes the items' segments)
+    when the two prompts' heads are equal, segment for segment and digest for digest; else None.
+
+    Then a basis of ``head + reused`` segments names segments that are the earlier prompt's, every
+    one: the head compared here, the items' segments taken over as the very objects. Its users (the
+    counter, attribution) rely on that without walking a long history again.
+    """
+    head = len(prompt.segments) - items
+    if len(earlier.segments) - earlier_items != head:
+        return None
+    for a, b in zip(earlier.segments[:head], prompt.segments[:head], strict=True):
+        if a is not b and (a != b or a.digest != b.digest):
+            return None
+    return head
 
 
 def _conversation(body: Mapping[str, Any], provider: Provider, tenant: str) -> tuple[str, str, bytes] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import weakref
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +20,7 @@ from cachewarden.proxy.engine.adapters import load_body, parse_request
 from cachewarden.proxy.engine.adapters._items import first_difference
 from cachewarden.proxy.engine.counting_memo import LatestStreams
 from cachewarden.proxy.engine.engine import Engine
-from cachewarden.proxy.engine.prompt import Provider
+from cachewarden.proxy.engine.prompt import Basis, Provider
 from cachewarden.proxy.engine.reading import ConversationReader
 from cachewarden.proxy.explain import structure
 from hypothesis import HealthCheck, given, settings
@@ -264,7 +265,7 @@ def test_tokenizing_resumes_from_the_earlier_stream(monkeypatch: pytest.MonkeyPa
 
     def spy(self: Any, prompt: Any) -> Any:
         found = original(self, prompt)
-        starts.append(-1 if found is None else found[1])
+        starts.append(-1 if found is None else found.start)
         return found
 
     monkeypatch.setattr(LatestStreams, "resume", spy)
@@ -311,3 +312,61 @@ def test_tenants_never_resume_from_each_other() -> None:
 )
 def test_first_difference(a: bytes, b: bytes, at: int) -> None:
     assert first_difference(a, b) == at == first_difference(b, a)
+
+
+def test_a_stream_cut_below_its_resume_point_is_not_claimed_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counter tells the index that a resumed stream starts with its basis' head (query.derived)
+    only while nothing cut the stream below that head: a framing correction that drops more than the
+    new segment added (a call's large negative correction here) moves every later block."""
+    import cachewarden.proxy.engine.counting as counting
+    from cachewarden.proxy.engine.index import query
+
+    real = counting.framing_for
+    monkeypatch.setattr(counting, "framing_for", lambda p, m: replace(real(p, m), per_tool_call=-40))
+    items: list[Any] = [{"role": "user", "content": f"turn {i} " + "word " * 20} for i in range(12)]
+    bodies = [
+        _chat(items),
+        _chat([*items, _call("c1", "f")]),
+        _chat([*items, _call("c1", "f"), _call("c2", "g")]),
+    ]
+    _check("openai-chat", bodies)
+    reader, engine = ConversationReader(), Engine()
+    streams = []
+    for n, raw in enumerate(bodies):
+        prompt = reader.parse(reader.load(raw, tenant="t"), "openai-chat", tenant="t")
+        streams.append(engine.analyse(prompt, tenant="t", now=float(n)).tokenized.tokens)
+    for stream in streams[1:]:
+        claim = query._derived.get(id(stream))
+        if claim is not None and claim[0] is stream:
+            earlier, shared = claim[1], claim[2]
+            assert stream[:shared] == earlier[:shared]
+
+
+def test_a_basis_resumed_twice_gives_each_prompt_its_own_stream() -> None:
+    """The earlier stream's lists go to the first prompt that resumes from them, which extends them
+    in place; a second one on the same basis (a retry, a branch) copies the stream instead: then
+    neither branch, nor a prompt resumed from either, sees the other's turn."""
+    items: list[Any] = [{"role": "user", "content": f"turn {i}"} for i in range(20)]
+    inc, scratch = Engine(), Engine()
+    held: dict[str, Any] = {}
+
+    def step(name: str, basis: str | None, texts: list[str], n: int) -> None:
+        raw = _chat([*items, *({"role": "user", "content": t} for t in texts)])
+        prompt = parse_request(load_body(raw))
+        resumed = prompt
+        if basis is not None:
+            earlier = held[basis]
+            resumed = replace(prompt, basis=Basis(weakref.ref(earlier), len(earlier.segments)))
+        held[name] = resumed
+        got, want = (
+            inc.analyse(resumed, tenant="t", now=float(n)),
+            scratch.analyse(prompt, tenant="t", now=float(n)),
+        )
+        assert got.tokenized == want.tokenized, name
+        assert replace(got.match, entry_id=None) == replace(want.match, entry_id=None), name
+
+    step("base", None, [], 0)
+    step("left", "base", ["left"], 1)
+    step("right", "base", ["right"], 2)
+    step("left2", "left", ["left", "and on"], 3)
+    step("right2", "right", ["right", "and on"], 4)

@@ -16,7 +16,6 @@ import heapq
 import itertools
 import threading
 from collections import OrderedDict
-from operator import is_
 
 from .trie import _bump_newest, _Entry, _fan_nodes, _fan_remove, _Node, _Stamp
 
@@ -220,11 +219,24 @@ class _Held:
 
 
 def _shared(path: list[_Node], i: int, run: list[_Node], pos: int, m: int) -> int:
-    """How many of ``path[i:i+m]`` are ``run[pos:pos+m]``, node for node (C-speed list compares)."""
-    mine, theirs = path[i : i + m], run[pos : pos + m]
-    if mine == theirs:  # nodes compare by identity
-        return m
-    return list(map(is_, mine, theirs)).index(False)
+    """How many of ``path[i:i+m]`` are ``run[pos:pos+m]``, node for node (``path[i]`` is ``run[pos]``).
+
+    Both are stretches of one path down the tree (each node the parent of the next: a walk's path is
+    verified so, a run is one by construction), and a node has one parent: where the two hold the
+    same node, they hold the same nodes above it. So the count is where identity stops, found by
+    bisection on single nodes, never by a copy of either list (that would touch every node of a
+    long conversation on each insert).
+    """
+    if path[i + m - 1] is run[pos + m - 1]:
+        return m  # the usual case: the path goes through the whole run
+    lo, hi = 1, m - 1  # path[i + lo - 1] is run[pos + lo - 1]; path[i + hi] is not run[pos + hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if path[i + mid - 1] is run[pos + mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _newest(node: _Node) -> None:

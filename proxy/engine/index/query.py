@@ -33,7 +33,7 @@ class _Query:
     conversation), so that a request costs its new blocks, not its whole length.
     """
 
-    __slots__ = ("_adopted", "_chain", "_complete", "_keys", "bs", "full", "paths", "toks")
+    __slots__ = ("_adopted", "_chain", "_complete", "_keys", "bs", "full", "origin", "paths", "toks")
 
     def __init__(self, toks: Sequence[int], bs: int) -> None:
         self.toks = toks
@@ -44,6 +44,8 @@ class _Query:
         self._adopted = False
         self._keys: dict[int, list[int]] = {}
         self.paths: dict[tuple[int, str], list[_Node]] = {}
+        # (earlier tuple, tokens) when this tuple was built from an earlier one (``derived``).
+        self.origin: tuple[tuple[int, ...], int] | None = None
 
     def block(self, i: int) -> tuple[int, ...]:
         """The tokens of block ``i`` (the last one may be partial)."""
@@ -78,7 +80,11 @@ class _Query:
         if self._adopted or earlier is self or earlier.bs != self.bs:
             return
         self._adopted = True
-        shared = _common_blocks(self.toks, earlier.toks, self.bs, min(self.full, earlier.full))
+        limit = min(self.full, earlier.full)
+        known = 0
+        if self.origin is not None and self.origin[0] is earlier.toks:
+            known = min(self.origin[1] // self.bs, limit)  # equal by construction: not compared
+        shared = _common_blocks(self.toks, earlier.toks, self.bs, limit, known)
         if not shared:
             return
         if not self._complete and len(self._chain) < shared <= len(earlier._chain):
@@ -91,11 +97,12 @@ class _Query:
                 self.paths[pkey] = path[:shared]
 
 
-def _common_blocks(a: Sequence[int], b: Sequence[int], bs: int, limit: int) -> int:
-    """How many full blocks (at most ``limit``) ``a`` and ``b`` start with (C-speed slice compares)."""
-    if a[: limit * bs] == b[: limit * bs]:
+def _common_blocks(a: Sequence[int], b: Sequence[int], bs: int, limit: int, known: int = 0) -> int:
+    """How many full blocks (at most ``limit``) ``a`` and ``b`` start with (C-speed slice compares),
+    the first ``known`` being equal already (not compared again)."""
+    if a[known * bs : limit * bs] == b[known * bs : limit * bs]:
         return limit  # the usual case: the next prompt of a conversation starts with the whole earlier one
-    lo, hi = 0, limit - 1
+    lo, hi = known, limit - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if a[lo * bs : mid * bs] == b[lo * bs : mid * bs]:
@@ -130,6 +137,23 @@ def _packed(q: _Query, start: int, n: int) -> tuple[bytes, list[int], Sequence[i
 
 _queries: OrderedDict[tuple[int, int], _Query] = OrderedDict()
 _queries_lock = threading.Lock()
+# Tuples built from an earlier one (id -> (tuple, earlier, shared tokens)), for ``_query`` to give
+# the queries it creates their origin. Holds the tuples, so an id is theirs while the entry lives.
+_derived: OrderedDict[int, tuple[tuple[int, ...], tuple[int, ...], int]] = OrderedDict()
+
+
+def derived(toks: tuple[int, ...], earlier: tuple[int, ...], shared: int) -> None:
+    """Tell the index that ``toks[:shared] == earlier[:shared]`` holds by construction (the counter
+    copied that head from the earlier stream and never cut below it): a walk of ``toks`` adopting
+    ``earlier``'s then compares only what follows, not a conversation's whole history again. Only
+    for what is certain: a wrong claim would match blocks that differ."""
+    if shared <= 0:
+        return
+    with _queries_lock:
+        _derived[id(toks)] = (toks, earlier, min(shared, len(toks), len(earlier)))
+        _derived.move_to_end(id(toks))
+        while len(_derived) > _QUERY_CACHE:
+            _derived.popitem(last=False)
 
 
 def _query(toks: Sequence[int], bs: int) -> _Query:
@@ -144,6 +168,9 @@ def _query(toks: Sequence[int], bs: int) -> _Query:
             return q
     q = _Query(toks, bs)
     with _queries_lock:
+        origin = _derived.get(id(toks))
+        if origin is not None and origin[0] is toks:
+            q.origin = (origin[1], origin[2])
         # The entry holds the tuple, so its id cannot be reused while the entry lives.
         _queries[key] = q
         _queries.move_to_end(key)
