@@ -41,6 +41,8 @@ _GLANCE = 64
 # Bodies up to this size have their items' end found as they are parsed (about one more parse of
 # them); larger ones only when a later body looks like it extends them.
 _PROVE_AT_ONCE = 64 * 1024
+# Bodies ``load`` grew from an earlier one, remembered until they are parsed (a few are in flight).
+_GROWN = 256
 
 
 @dataclass(slots=True, eq=False)
@@ -61,7 +63,14 @@ class ConversationReader:
     def __init__(self, *, conversations: int = 4096, max_bytes: int = 256 * 1024 * 1024) -> None:
         self._max, self._max_bytes, self._bytes = conversations, max_bytes, 0
         # The latest prompt of each conversation is held: the next one's basis refers to it weakly.
-        self._runs: OrderedDict[tuple[str, str, bytes], tuple[ItemRun, Prompt]] = OrderedDict()
+        # And the body the run was read from: a body ``load`` grew from it (``_grown``) resumes its
+        # run without comparing the items it took over.
+        self._runs: OrderedDict[tuple[str, str, bytes], tuple[ItemRun, Prompt, Mapping[str, Any]]] = (
+            OrderedDict()
+        )
+        # Bodies ``load`` made by appending items to an earlier body's (id -> the body, the earlier
+        # body, how many items it took over as they were): the items are that body's own objects.
+        self._grown: OrderedDict[int, tuple[Mapping[str, Any], Mapping[str, Any], int]] = OrderedDict()
         self._lock = threading.Lock()
         # Per tenant, its latest bodies (newest last), for ``load``; bounded by tenants and bytes.
         self._tails: OrderedDict[str, list[_Tail]] = OrderedDict()
@@ -102,6 +111,7 @@ class ConversationReader:
                 grown = len(raw) - len(tail.raw)
                 moved = _Tail(raw, spliced, tail.key, tail.close + grown, tail.at + grown)
                 self._keep_tail(tenant, moved, replaces=tail)
+                self._keep_grown(spliced, tail.body, len(tail.body[tail.key]))
                 return spliced
         body = load_body(raw)
         key = items_key(body)
@@ -115,6 +125,12 @@ class ConversationReader:
                 tail.at = 0 if found is None else splice_point(raw, found)
             self._keep_tail(tenant, tail)
         return body
+
+    def _keep_grown(self, body: Mapping[str, Any], earlier: Mapping[str, Any], items: int) -> None:
+        with self._lock:
+            self._grown[id(body)] = (body, earlier, items)
+            while len(self._grown) > _GROWN:
+                self._grown.popitem(last=False)
 
     def _keep_tail(self, tenant: str, tail: _Tail, replaces: _Tail | None = None) -> None:
         with self._lock:
@@ -146,7 +162,21 @@ class ConversationReader:
             return parse_request(body, provider, model=model)
         with self._lock:
             held = self._runs.get(key)
-        resume = Resume(previous=held[0] if held is not None else None)
+            grown = self._grown.pop(id(body), None)
+        previous = held[0] if held is not None else None
+        # ``body`` is ``load``'s, grown from the very body this run was read from: its first items
+        # are that body's objects (load_body would have parsed the same values from the same
+        # bytes), so they are resumed as they are (no dump of the whole list to compare).
+        if (
+            previous is not None
+            and held is not None
+            and grown is not None
+            and grown[0] is body
+            and grown[1] is held[2]
+            and grown[2] == len(previous.item_ends)
+        ):
+            previous = replace(previous, same=grown[2])
+        resume = Resume(previous=previous)
         prompt = parse_request(body, provider, model=model, resume=resume)
         run = resume.run
         if run is None:
@@ -155,18 +185,20 @@ class ConversationReader:
             shared = _shared_head(held[1], len(held[0].segments), prompt, len(run.segments))
             if shared is not None:
                 prompt = replace(prompt, basis=Basis(weakref.ref(held[1]), shared + run.reused))
-        self._keep(key, run, prompt)
+        self._keep(key, run, prompt, body)
         return prompt
 
-    def _keep(self, key: tuple[str, str, bytes], run: ItemRun, prompt: Prompt) -> None:
+    def _keep(
+        self, key: tuple[str, str, bytes], run: ItemRun, prompt: Prompt, body: Mapping[str, Any]
+    ) -> None:
         with self._lock:
             old = self._runs.pop(key, None)
             if old is not None:
                 self._bytes -= old[0].size
-            self._runs[key] = (run, prompt)
+            self._runs[key] = (run, prompt, body)
             self._bytes += run.size
             while self._runs and (len(self._runs) > self._max or self._bytes > self._max_bytes):
-                _, (dropped, _) = self._runs.popitem(last=False)
+                _, (dropped, _, _) = self._runs.popitem(last=False)
                 self._bytes -= dropped.size
 
 

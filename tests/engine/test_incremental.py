@@ -370,3 +370,47 @@ def test_a_basis_resumed_twice_gives_each_prompt_its_own_stream() -> None:
     step("right", "base", ["right"], 2)
     step("left2", "left", ["left", "and on"], 3)
     step("right2", "right", ["right", "and on"], 4)
+
+
+def test_items_are_taken_over_unread_only_from_the_body_they_were_read_from() -> None:
+    """A body ``load`` grew from an earlier one resumes that body's run without a dump or a compare
+    (its first items are that body's objects); when the conversation's latest run was read from
+    another body meanwhile (here one that shares every item object but an edited middle one), the
+    items are compared as usual."""
+    items: list[Any] = [{"role": "user", "content": f"turn {i}"} for i in range(8)]
+    first, grown = _chat(items), _chat([*items, {"role": "user", "content": "next"}])
+    reader = ConversationReader()
+    body = reader.load(first, tenant="t")
+    reader.parse(body, "openai-chat", tenant="t")
+    later = reader.load(grown, tenant="t")
+    assert later["messages"][0] is body["messages"][0]  # spliced: the earlier body's objects
+    edited = {
+        **body,
+        "messages": [*body["messages"][:4], {"role": "user", "content": "edited"}, *body["messages"][5:]],
+    }
+    assert reader.parse(edited, "openai-chat", tenant="t") == parse_request(
+        load_body(json.dumps(edited).encode())
+    )
+    assert reader.parse(later, "openai-chat", tenant="t") == parse_request(load_body(grown))
+
+
+def test_a_grown_body_resumes_without_dumping_its_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The usual case costs what the body appends: its items are not dumped as a whole again."""
+    from cachewarden.proxy.engine.adapters import _items
+
+    items: list[Any] = [{"role": "user", "content": f"turn {i}"} for i in range(40)]
+    reader = ConversationReader()
+    reader.parse(reader.load(_chat(items), tenant="t"), "openai-chat", tenant="t")
+    dumped: list[int] = []
+    real = _items.orjson.dumps
+
+    def spy(value: Any, *args: Any) -> bytes:
+        if isinstance(value, list):
+            dumped.append(len(value))
+        return real(value, *args)
+
+    monkeypatch.setattr(_items, "orjson", type("J", (), {"dumps": staticmethod(spy)}))
+    raw = _chat([*items, {"role": "user", "content": "next"}])
+    got = reader.parse(reader.load(raw, tenant="t"), "openai-chat", tenant="t")
+    assert not any(n > 2 for n in dumped), dumped
+    assert got == parse_request(load_body(raw)) and got.basis is not None

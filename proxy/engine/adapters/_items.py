@@ -14,6 +14,7 @@ the log. The result is exactly what reading from scratch gives (tests/engine/tes
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -42,18 +43,23 @@ class ItemRun:
     """What reading one list of items produced, for the next body of the conversation to resume from."""
 
     context: Hashable  # what else the items' segments depend on (the model, the carried state before)
-    dump: bytes  # orjson.dumps(items)
-    item_ends: tuple[int, ...]  # item_ends[i]: offset in ``dump`` just after item i
+    dump: bytes | None  # orjson.dumps(items); None when not made (``same``: then made when needed)
+    item_ends: array[int]  # item_ends[i]: offset in ``dump`` just after item i
     segments: tuple[Segment, ...]
-    segment_ends: tuple[int, ...]  # segment_ends[i]: len(segments) after item i
+    segment_ends: array[int]  # segment_ends[i]: len(segments) after item i
     log: tuple[tuple[str, str], ...]  # the carried state's writes, in order
-    log_at: tuple[int, ...]  # log_at[i]: len(log) before item i
+    log_at: array[int]  # log_at[i]: len(log) before item i
     reused: int = 0  # leading segments taken over from the previous run, not read again
+    items: Sequence[Any] = ()  # the items read (JSON values, never changed after: see ``same``)
+    # Set by the caller on a copy of the run: the next list's first ``same`` items are this run's
+    # ``items`` themselves (the caller built it so: ``reading`` parses only what a body appends), so
+    # they are resumed without a dump or a compare.
+    same: int = 0
 
     @property
     def size(self) -> int:
         """Bytes held, roughly (for the bound of a memo of runs)."""
-        return len(self.dump) + 16 * len(self.segments)
+        return (self.item_ends[-1] if self.item_ends else 0) + 16 * len(self.segments)
 
 
 # Last bytes of a JSON value that nothing can extend: an object, array, string or literal.
@@ -100,7 +106,7 @@ def read_items(
     context: Hashable,
     carry: Carry | None = None,
     previous: ItemRun | None = None,
-) -> tuple[list[Segment], Carry, ItemRun | None]:
+) -> tuple[Sequence[Segment], Carry, ItemRun | None]:
     """The segments of every item, the carried state after the last, and the run for the next body.
 
     ``carry`` is the state before the first item (e.g. calls made in Responses ``instructions``); its
@@ -109,47 +115,77 @@ def read_items(
     """
     start = carry if carry is not None else Carry()
     context = (context, tuple(start.log))
-    try:
-        dump = orjson.dumps(items)
-    except TypeError:
-        dump = None
+    dump: bytes | None = None
     shared = 0
-    if dump is not None and previous is not None and previous.context == context and previous.item_ends:
-        at = first_difference(dump, previous.dump)
-        shared = bisect_right(previous.item_ends, at)
-        if shared and previous.item_ends[shared - 1] == at and previous.dump[at - 1 : at] not in _CLOSED:
-            shared -= 1  # a number may go on (12 → 123): only a closed value ends where it ends
+    plain = True
+    if previous is not None and previous.context == context and previous.item_ends:
+        same = previous.same
+        if same and len(items) >= same and items[same - 1] is previous.items[same - 1]:
+            shared = same  # the very items read before: equal by construction, not compared
+    if not shared:
+        try:
+            dump = orjson.dumps(items)
+        except TypeError:
+            plain = False
+        if dump is not None and previous is not None and previous.context == context and previous.item_ends:
+            before = previous.dump if previous.dump is not None else _dump(previous.items)
+            at = first_difference(dump, before) if before is not None else 0
+            shared = bisect_right(previous.item_ends, at)
+            if (
+                shared
+                and previous.item_ends[shared - 1] == at
+                and before is not None
+                and before[at - 1 : at] not in _CLOSED
+            ):
+                shared -= 1  # a number may go on (12 → 123): only a closed value ends where it ends
+    fresh: list[Segment] = []
     if shared:
         assert previous is not None
         state = Carry(
             previous.log[: previous.log_at[shared]] if shared < len(previous.log_at) else previous.log
         )
-        segments = list(previous.segments[: previous.segment_ends[shared - 1]])
-        segment_ends = list(previous.segment_ends[:shared])
-        item_ends = list(previous.item_ends[:shared])
-        log_at = list(previous.log_at[:shared])
+        whole = shared == len(previous.segment_ends)
+        head = previous.segments if whole else previous.segments[: previous.segment_ends[shared - 1]]
+        # Arrays: their slices are one copy of the bytes, not of int objects.
+        segment_ends = previous.segment_ends[:shared]
+        item_ends = previous.item_ends[:shared]
+        log_at = previous.log_at[:shared]
     else:
         state = Carry(start.log)
-        segments, segment_ends, item_ends, log_at = [], [], [], []
+        head = ()
+        segment_ends, item_ends, log_at = array("q"), array("q"), array("q")
     end = item_ends[-1] if item_ends else 0
+    count = len(head)
     for i in range(shared, len(items)):
         log_at.append(len(state.log))
-        segments.extend(read(items[i], i, state))
-        segment_ends.append(len(segments))
-        if dump is not None:
-            # "[" or "," before each item, then the item's own compact dump.
-            end += 1 + len(orjson.dumps(items[i]))
+        fresh.extend(read(items[i], i, state))
+        segment_ends.append(count + len(fresh))
+        if plain:
+            try:
+                # "[" or "," before each item, then the item's own compact dump.
+                end += 1 + len(orjson.dumps(items[i]))
+            except TypeError:
+                plain = False
             item_ends.append(end)
+    segments = head + tuple(fresh) if fresh else tuple(head)
     run = None
-    if dump is not None:
+    if plain:
         run = ItemRun(
             context=context,
             dump=dump,
-            item_ends=tuple(item_ends),
-            segments=tuple(segments),
-            segment_ends=tuple(segment_ends),
+            item_ends=item_ends,
+            segments=segments,
+            segment_ends=segment_ends,
             log=tuple(state.log),
-            log_at=tuple(log_at),
-            reused=previous.segment_ends[shared - 1] if shared and previous is not None else 0,
+            log_at=log_at,
+            reused=len(head),
+            items=items,
         )
     return segments, state, run
+
+
+def _dump(items: Sequence[Any]) -> bytes | None:
+    try:
+        return orjson.dumps(items)
+    except TypeError:
+        return None
