@@ -70,11 +70,23 @@ _areas_memo: OrderedDict[int, tuple[tuple[Segment, ...], dict[str, Sequence[int]
 _areas_lock = threading.Lock()
 
 
+# Prompts read from an earlier one (``Prompt.basis``), by their segments: (segments, the earlier
+# prompt's, how many leading ones are the earlier prompt's own), for ``next_index`` to skip.
+_bases: OrderedDict[int, tuple[tuple[Segment, ...], tuple[Segment, ...], int]] = OrderedDict()
+
+
 def _areas(prompt: Prompt) -> dict[str, Sequence[int]]:
     """Segment indexes per area (memoised per prompt: see ``_areas_memo``)."""
     segs = prompt.segments
+    basis = prompt.basis
+    earlier = basis.prompt() if basis is not None else None
     with _areas_lock:
         held = _areas_memo.get(id(segs))
+        if basis is not None and earlier is not None:
+            _bases[id(segs)] = (segs, earlier.segments, min(basis.shared, len(segs), len(earlier.segments)))
+            _bases.move_to_end(id(segs))
+            while len(_bases) > _AREAS_HELD:
+                _bases.popitem(last=False)
     if held is not None and held[0] is segs:
         return held[1]
     areas = _grown_areas(prompt) or _scan_areas(segs)
@@ -101,10 +113,10 @@ def _grown_areas(prompt: Prompt) -> dict[str, Sequence[int]] | None:
     if not isinstance(messages, range) or messages.stop != len(earlier.segments):
         return None
     shared = min(basis.shared, len(earlier.segments), len(prompt.segments))
-    # A basis names what was not read again, not what is equal (a new head is counted in it): the
-    # same objects, compared by identity first, in C. And a message past the leading system ones
-    # must be among them: every later message is then in the messages area.
-    if messages.start >= shared or earlier.segments[:shared] != prompt.segments[:shared]:
+    # A basis names segments that are the earlier prompt's (``engine.reading`` proves it), so they
+    # are not compared again. A message past the leading system ones must be among them: every
+    # later message is then in the messages area.
+    if messages.start >= shared:
         return None
     rest = prompt.segments[shared:]
     kinds = list(map(_KIND, rest))
@@ -203,18 +215,26 @@ def next_index(prev: Sequence[Segment], cur: Sequence[Segment]) -> int:
     """Index of the first segment whose digest differs (``min(len)`` when none does).
 
     Segments a conversation's next prompt took over from the previous one are the same objects
-    (``engine.reading``): those are skipped at C speed, digests compared only where they are not.
+    (``engine.reading``): the ones its basis names are not looked at (``_bases``, filled by
+    ``_areas``), the others skipped at C speed where identical, digests compared where they are not.
     """
     n = min(len(prev), len(cur))
-    same = list(map(is_, prev[:n], cur[:n]))
+    start = 0
+    with _areas_lock:
+        known = _bases.get(id(cur))
+    if known is not None and known[0] is cur and known[1] is prev:
+        start = min(known[2], n)
+        if start == n:
+            return n
+    same = list(map(is_, prev[start:n], cur[start:n]))
     i = 0
     while True:
         try:
             i = same.index(False, i)
         except ValueError:
             return n
-        if prev[i].digest != cur[i].digest:
-            return i
+        if prev[start + i].digest != cur[start + i].digest:
+            return start + i
         i += 1
 
 

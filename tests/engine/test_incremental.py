@@ -186,6 +186,13 @@ def _check(provider: Provider, bodies: list[bytes]) -> None:
         assert replace(a.match, entry_id=None) == replace(b.match, entry_id=None), n
         # Attribution's areas, grown from the earlier prompt's where it can, are the scanned ones.
         assert structure._areas(got) == structure._scan_areas(got.segments), n
+        # And where it parts from its basis, which attribution takes from the basis unlooked at.
+        earlier = got.basis.prompt() if got.basis is not None else None
+        if earlier is not None:
+            digests = zip(earlier.segments, got.segments, strict=False)
+            first = next((i for i, (x, y) in enumerate(digests) if x.digest != y.digest), None)
+            want = min(len(earlier.segments), len(got.segments)) if first is None else first
+            assert structure.next_index(earlier.segments, got.segments) == want, n
 
 
 @pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic"])
@@ -414,3 +421,20 @@ def test_a_grown_body_resumes_without_dumping_its_items(monkeypatch: pytest.Monk
     got = reader.parse(reader.load(raw, tenant="t"), "openai-chat", tenant="t")
     assert not any(n > 2 for n in dumped), dumped
     assert got == parse_request(load_body(raw)) and got.basis is not None
+
+
+def test_a_head_edited_in_place_is_not_part_of_the_basis() -> None:
+    """A basis names only segments that are the earlier prompt's: a tool edited in place (same
+    number of tools, so every message segment is still taken over) leaves the prompt without one,
+    and the counter and attribution, which take a basis on trust, see the edit."""
+    items: list[Any] = [{"role": "user", "content": f"turn {i}"} for i in range(6)]
+    body = _body("openai-chat", "gpt-4o", items, True)
+    edited = copy.deepcopy(body)
+    edited["tools"][1]["function"]["description"] = "Write a file, or append to it."
+    edited["messages"].append({"role": "user", "content": "next"})
+    bodies = [json.dumps(body).encode(), json.dumps(edited).encode()]
+    _check("openai-chat", bodies)
+    reader = ConversationReader()
+    first, second = (reader.parse(load_body(raw), tenant="t") for raw in bodies)
+    assert second.basis is None
+    assert structure.next_index(first.segments, second.segments) == 1

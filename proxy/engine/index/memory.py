@@ -169,7 +169,8 @@ class MemoryIndex(_Held):
             self._trim(now)
             # The full blocks, for the marks of this prompt (checked for evictions when reused), and for
             # the next prompt of the scope to adopt (tuples only: a list may change in between).
-            q.paths[(self._gen, scope)] = path[: q.full]
+            del path[q.full :]
+            q.paths[(self._gen, scope)] = path
             if type(toks) is tuple:
                 last = self._last
                 last[scope] = q
@@ -262,13 +263,16 @@ class MemoryIndex(_Held):
             path = path[:lo]
         start = len(path)
         if start >= blocks:
-            return path[:blocks]
+            # The query's own list when it is all of it (lookup and insert): not copied.
+            return path if start == blocks else path[:blocks]
         looked = list(map(self._nodes.get, q.keys(root.key)[start:blocks]))
         # Up to the first miss, every key was found.
         found = cast(list[_Node], looked[: looked.index(None)] if None in looked else looked)
         if found:
             good = self._verified(q, start, path[-1] if path else root, found)
-            path = path + found[:good]
+            # Grown in place: the list is the query's own (``adopt`` and ``insert`` store copies, and
+            # no caller keeps it), and a copy would cost the conversation's whole path.
+            path.extend(found[:good])
         q.paths[pkey] = path
         return path
 
@@ -296,9 +300,10 @@ class MemoryIndex(_Held):
     def _build(self, scope: str, root: _Node, q: _Query, now: float, fresh: _Stamp) -> list[_Node]:
         """Nodes of every block of the query (the last one may be partial), created where missing
         (into the run ``fresh``)."""
+        # The walk's own list of full blocks, grown in place (``insert`` cuts the partial block off
+        # again): a copy would cost the conversation's whole path on every insert.
         path = self._held(scope, root, q, q.full)
         cur = path[-1] if path else root
-        path = list(path)
         nodes, keys = self._nodes, q.keys(root.key)
         for i in range(len(path), len(keys)):
             block = q.block(i)

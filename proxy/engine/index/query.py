@@ -54,7 +54,7 @@ class _Query:
     def chain(self) -> list[int]:
         if not self._complete:
             toks, bs, full = self.toks, self.bs, self.full
-            chain = list(self._chain)
+            chain = self._chain  # this query's own list (``adopt`` copies): grown in place
             append = chain.append
             c = chain[-1] if chain else 0
             # Block tuples are not kept: many small objects for the garbage collector.
@@ -63,16 +63,15 @@ class _Query:
                 append(c)
             if len(toks) % bs:
                 append(hash((c, tuple(toks[full * bs :]))))
-            self._chain, self._complete = chain, True
+            self._complete = True
         return self._chain
 
     def keys(self, root_key: int) -> list[int]:
         chain = self.chain()
-        keys = self._keys.get(root_key, [])
+        keys = self._keys.setdefault(root_key, [])
         if len(keys) < len(chain):
-            keys = self._keys[root_key] = keys + list(
-                map(hash, zip(repeat(root_key), chain[len(keys) :], strict=False))
-            )
+            # In place: the list is this query's own (``adopt`` copies), a copy would cost the history.
+            keys.extend(map(hash, zip(repeat(root_key), chain[len(keys) :], strict=False)))
         return keys
 
     def adopt(self, earlier: _Query) -> None:
