@@ -4,6 +4,10 @@ The stream is what the prefix index matches on: per segment, framing tokens (mes
 separators, small negative pseudo-tokens) followed by the segment's content tokens. Content tokens are
 the expensive part and are memoised by (tokenizer, rendering, segment digest) in a bounded LRU, so a
 request that repeats most of an earlier one only tokenizes its new segments.
+
+The module is long because one loop places every provider's framing (tools section, system, calls
+and results, legacy functions) in a single stream, and resuming it from the previous stream of the
+conversation has to know every place where that loop drops tokens.
 """
 
 from __future__ import annotations

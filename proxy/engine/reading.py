@@ -7,6 +7,13 @@ tenant and conversation, what reading the previous body's messages (or Responses
 (``Prompt.basis``) so that tokenizing starts where the two part too. The Prompt is exactly the one
 ``parse_request`` gives (tests/engine/test_incremental.py); only the work differs.
 
+A body ``load`` grew from the very body the conversation's run was read from resumes that run
+without a dump or a compare of its items: they are that body's objects. So bodies that ``load``
+returns and ``parse`` reads are read-only (the proxy and ``replay`` never change them), as the
+splice already requires. The basis a prompt gets names only segments that are the earlier
+prompt's: the items' segments taken over as objects, and a re-read head (tools, system) found
+equal; the counter and attribution take it without walking the history again.
+
 A conversation is named by its first two items (system prompt and first user turn, typically):
 bodies that share them resume from each other, which is always correct and usually the same
 conversation. A body that drops its oldest turns starts a conversation of its own. Bounded by
@@ -41,8 +48,9 @@ _GLANCE = 64
 # Bodies up to this size have their items' end found as they are parsed (about one more parse of
 # them); larger ones only when a later body looks like it extends them.
 _PROVE_AT_ONCE = 64 * 1024
-# Bodies ``load`` grew from an earlier one, remembered until they are parsed (a few are in flight).
-_GROWN = 256
+# Bodies ``load`` grew from an earlier one, remembered until they are parsed (each analysis parses
+# the body it loaded at once: only a few are ever in flight).
+_GROWN = 16
 
 
 @dataclass(slots=True, eq=False)

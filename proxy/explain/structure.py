@@ -11,6 +11,9 @@ reordered, system or schema blocks swapped, added or removed); a segment changed
 handed to ``values.text_regions``, which classifies the raw text of both sides region by region.
 The messages area (``history``) and the request-wide reasons (``model_params``) build on the same
 ``Pair`` and ``Finding``.
+
+The module is long because the areas of a prompt (scanned, or grown from its basis) and the
+findings of the tools, schema and system areas all work on the one area model ``Pair`` holds.
 """
 
 from __future__ import annotations

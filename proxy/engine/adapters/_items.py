@@ -9,7 +9,10 @@ item ends in it, and the state the adapter carries from item to item (tool-call 
 names), logged as it was written. The next body's list is dumped once (C speed), compared byte for
 byte with the previous dump (so ``1`` and ``true`` never pass for equal, as they would with ``==``),
 and only the items from the first difference on are read; the state at that item is replayed from
-the log. The result is exactly what reading from scratch gives (tests/engine/test_incremental.py).
+the log. When the caller knows the first items are the very objects the previous run read (a body
+``reading`` grew by parsing only what it appends: ``ItemRun.same``), there is neither dump nor
+compare: the next run keeps the items, and makes the dump only if a later body needs it. The
+result is exactly what reading from scratch gives (tests/engine/test_incremental.py).
 """
 
 from __future__ import annotations
@@ -58,8 +61,10 @@ class ItemRun:
 
     @property
     def size(self) -> int:
-        """Bytes held, roughly (for the bound of a memo of runs)."""
-        return (self.item_ends[-1] if self.item_ends else 0) + 16 * len(self.segments)
+        """Bytes held, roughly (for the bound of a memo of runs): the items as parsed (about three
+        times their JSON: dicts and lists around strings the segments share), the dump when made."""
+        json = self.item_ends[-1] if self.item_ends else 0
+        return 3 * json + len(self.dump or b"") + 16 * len(self.segments)
 
 
 # Last bytes of a JSON value that nothing can extend: an object, array, string or literal.
