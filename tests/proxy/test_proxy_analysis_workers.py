@@ -21,12 +21,18 @@ import httpx
 import pytest
 from cachewarden.proxy.cli.proxy import build
 from cachewarden.proxy.emulator.app import create_app as create_emulator
+from cachewarden.proxy.engine import adapters
+from cachewarden.proxy.engine.counting import PromptCounter
+from cachewarden.proxy.engine.reading import ConversationReader
 from cachewarden.proxy.engine.usage import Usage
+from cachewarden.proxy.server import analysis as analysis_module
+from cachewarden.proxy.server import hooks
 from cachewarden.proxy.server.analysis_workers import AnalysisPool
 from cachewarden.proxy.server.config import Settings
+from cachewarden.proxy.server.live_rules import LiveRules
 from cachewarden.proxy.server.metric_records import Applier, RecordingMetrics
 from cachewarden.proxy.server.metrics import Metrics
-from cachewarden.proxy.testing import Served, metric, metric_sum, scrape, serve, serving
+from cachewarden.proxy.testing import Served, command, free_port, metric, metric_sum, scrape, serve, serving
 from starlette.applications import Starlette
 
 POLICY = "\n".join(f"Rule {i}: requests of kind {i} go to desk {i % 7} within {i} hours." for i in range(150))
@@ -117,6 +123,39 @@ def test_analysis_runs_in_worker_processes_at_lower_priority(emulator: str, tmp_
     assert [line["count"]["reported"] for line in lines] == [u["prompt_tokens"] for u in usages]
     records = [json.loads(line) for line in capture.read_text().splitlines()]
     assert [len(r["request"]["messages"]) for r in records] == [2 + 2 * t for t in range(4)]
+
+
+def test_the_forwarding_process_never_reads_a_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Observe mode with workers: tokenizing, attribution, lint rules and body parsing break in this
+    (the forwarding) process, and the analysis is still complete: it runs in the workers. (The
+    emulator, which tokenizes too, runs in a process of its own here.)"""
+    calls: list[str] = []
+
+    def broken(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            raise RuntimeError(f"{name} ran in the forwarding process")
+
+        return call
+
+    for owner, name in (
+        (PromptCounter, "tokenize"),
+        (analysis_module, "attribute"),
+        (LiveRules, "findings"),
+        (hooks, "load_body"),
+        (adapters, "load_body"),
+        (ConversationReader, "load"),
+        (ConversationReader, "parse"),
+    ):
+        monkeypatch.setattr(owner, name, broken(name))
+    port = free_port()
+    with command(["emulate", "--port", str(port)], port) as (emulator, _), proxy(emulator) as (served, _):
+        usages = converse(served.url, "sk-workers-no-parse", range(3))
+        wait_for(lambda: metric(served.url, "cachewarden_requests_total") == 3, "requests counted")
+        assert metric(served.url, "cachewarden_prediction_error_tokens_count") == 3
+        assert metric(served.url, "cachewarden_input_tokens_total", source="predicted") == billed(usages)
+        assert metric(served.url, "cachewarden_analysis_errors_total") == 0
+    assert calls == []
 
 
 def test_a_killed_worker_is_restarted_and_counted(emulator: str) -> None:
