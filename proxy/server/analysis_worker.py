@@ -14,8 +14,9 @@ Messages are length-prefixed pickles (``frame``), both ways:
                           ("done", flow id, model, metric records, access count, access diagnosis)
 
 Every tenant is one worker's (a stable hash), and the worker runs its requests on one ``Lane``
-(analysis_queue.py) in the order they came: a request's hooks, then its response's hooks once the
-response came and the request's hooks ran. A chained Responses turn is parked by the engine
+(analysis_queue.py) in the order they came: a request's hooks (once it is its tenant's earliest and
+its response ended or ``START_DELAY`` passed), then its response's hooks once the response came
+and the request's hooks ran. A chained Responses turn is parked by the engine
 analyzer's ``ready`` until the turn it chains to was read, as with threads: this worker owns the
 tenant's chain store. The capture is written here (hooks.JsonlSink: one ``O_APPEND`` write per
 line), so each tenant's lines are in the order its one worker analysed them.
@@ -33,6 +34,8 @@ import signal
 import struct
 import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -58,6 +61,8 @@ logger = logging.getLogger("cachewarden.proxy")
 HEADER = struct.Struct("<I")
 # Below the forwarder (nice 0): analysis yields the CPU to forwarding.
 NICENESS = 10
+# A request's analysis starts once its response ended, or this long after it went upstream.
+START_DELAY = 0.05
 # Builds a worker's analyzers from the settings and the worker's (recording) metrics; it is pickled
 # by reference, so it must be a module-level function.
 Factory = Callable[[Settings, Any], Sequence[Analyzer]]
@@ -166,6 +171,8 @@ def apply_response_state(flow: Flow, state: tuple[Any, ...]) -> None:
 @dataclass(eq=False, slots=True)
 class _Job:
     flow: Flow
+    arrived: float = field(default_factory=time.monotonic)
+    responded: bool = False  # the response message came
     requested: bool = False  # the request hooks ran
     records: list[Record] = field(default_factory=list)
 
@@ -186,6 +193,8 @@ class Worker:
             self.analyzers.append(Capture(self.capture))
         self.send = send
         self.jobs: dict[str, _Job] = {}
+        # Each tenant's requests not analysed yet, in arrival order: only the first may start.
+        self.waiting: dict[str, deque[_Job]] = {}
         self.lane = Lane("cachewarden-analysis")
 
     def handle(self, message: tuple[Any, ...]) -> None:
@@ -194,19 +203,35 @@ class Worker:
             flow = flow_from_state(message[1])
             job = _Job(flow)
             self.jobs[flow.id] = job
-            ready = self._ready(flow)
-            self.lane.submit(Work(self._request, job, Future(), ready))
+            self.waiting.setdefault(flow.tenant, deque()).append(job)
+            self.lane.submit(Work(self._request, job, Future(), self._ready(job)))
         elif kind == "resp":
             job_or_none = self.jobs.get(message[1])
             if job_or_none is None:
                 return
             job = job_or_none
             apply_response_state(job.flow, message[2])
+            job.responded = True
             self.lane.submit(Work(self._response, job, Future(), lambda: job.requested))
 
-    def _ready(self, flow: Flow) -> Callable[[], bool]:
+    def _ready(self, job: _Job) -> Callable[[], bool]:
+        """When a request's analysis may start: it is its tenant's earliest, its response ended or
+        ``START_DELAY`` passed, and every analyzer is ready (a chained Responses turn: the turn it
+        chains to was read). The delay keeps the analysis off the cores while a fast upstream's
+        answer is relayed (a worker woken beside the relay costs the relay its core for a moment);
+        a provider's answer takes longer, and the analysis runs during it."""
+        flow = job.flow
+        queue = self.waiting[flow.tenant]
         checks = [getattr(a, "ready", _always_ready) for a in self.analyzers]
-        return lambda: all(check(flow) for check in checks)
+
+        def ready() -> bool:
+            if queue[0] is not job:
+                return False
+            if not job.responded and time.monotonic() - job.arrived < START_DELAY:
+                return False
+            return all(check(flow) for check in checks)
+
+        return ready
 
     def _request(self, job: _Job) -> None:
         flow = job.flow
@@ -222,6 +247,13 @@ class Worker:
         finally:
             job.requested = True
             job.records += self.metrics.drain()
+            queue = self.waiting[flow.tenant]
+            if queue and queue[0] is job:
+                queue.popleft()
+            else:  # run out of turn (its wait ran out, or at shutdown): out of the line all the same
+                queue.remove(job)
+            if not queue:
+                del self.waiting[flow.tenant]
 
     def _response(self, job: _Job) -> None:
         flow = job.flow
