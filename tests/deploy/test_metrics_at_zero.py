@@ -86,6 +86,8 @@ def test_tenant_labels_seed_the_other_tenant() -> None:
 
 
 def test_every_index_stage_is_one_the_resilient_index_reports() -> None:
-    # If resilient.py grows a stage, the zero series must follow (it is named in its _call sites).
+    # If resilient.py grows a stage, the zero series must follow (it is named where a failure is
+    # counted: its _call sites, and the joint calls' _failed sites).
     text = Path(resilient.__file__).read_text(encoding="utf-8")
-    assert set(re.findall(r'self\._call\("(\w+)"', text)) == set(metrics_mod.INDEX_STAGES)
+    named = re.findall(r'(?:self\._call|\._failed)\("(\w+)"', text)
+    assert set(named) == set(metrics_mod.INDEX_STAGES)
