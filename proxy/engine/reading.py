@@ -55,14 +55,14 @@ _GROWN = 16
 
 @dataclass(slots=True, eq=False)
 class _Tail:
-    """A body as received, its parse, and where its items array closes (None: not looked for yet;
-    -1: looked for, not provable, so this body is never extended)."""
+    """A body as received, its parse, and where a later body's items would be inserted: just after
+    its last item (``splice_point``; None: not looked for yet; -1: looked for, the end of its items
+    not provable, so this body is never extended)."""
 
     raw: bytes
     body: dict[str, Any]
     key: str
-    close: int | None = None
-    at: int = 0  # where items are inserted (splice_point), once ``close`` is known
+    at: int | None = None
 
 
 class ConversationReader:
@@ -96,7 +96,7 @@ class ConversationReader:
             tails = list(self._tails.get(tenant, ()))
         probes = _PROBES
         for tail in reversed(tails):
-            if tail.close is None:
+            if tail.at is None:
                 # A body that may follow this one: where this one's items close, proved once (for
                 # the newest few such bodies only: each look costs a memcmp of the shared bytes).
                 if not probes:
@@ -105,19 +105,18 @@ class ConversationReader:
                 bracket = closing_candidate(tail.raw, first_difference(raw, tail.raw))
                 if bracket is None:
                     continue  # not this one's extension (another conversation, an edit)
-                tail.close = bracket if closes_items(tail.raw, tail.body, tail.key, bracket) else -1
-                tail.at = splice_point(tail.raw, tail.close)
-            if tail.close < 0 or len(raw) <= len(tail.raw):
+                proved = closes_items(tail.raw, tail.body, tail.key, bracket)
+                tail.at = splice_point(tail.raw, bracket) if proved else -1
+            if tail.at < 0:
                 continue
             # Where this body's last item ends, and a few bytes before: most tails of the tenant
             # are other conversations, told apart here for the cost of a short memcmp.
             near = max(0, tail.at - _GLANCE)
             if not raw.startswith(memoryview(tail.raw)[near : tail.at], near):
                 continue
-            spliced = extend(raw, tail.raw, tail.body, tail.key, tail.close)
+            spliced = extend(raw, tail.raw, tail.body, tail.key, tail.at)
             if spliced is not None:
-                grown = len(raw) - len(tail.raw)
-                moved = _Tail(raw, spliced, tail.key, tail.close + grown, tail.at + grown)
+                moved = _Tail(raw, spliced, tail.key, tail.at + len(raw) - len(tail.raw))
                 self._keep_tail(tenant, moved, replaces=tail)
                 self._keep_grown(spliced, tail.body, len(tail.body[tail.key]))
                 return spliced
@@ -128,9 +127,8 @@ class ConversationReader:
             if len(raw) <= _PROVE_AT_ONCE:
                 # Cheap while a conversation is short, and its next bodies inherit the offset: even
                 # among many conversations at once, each finds its own tail by a glance.
-                found = find_closing(raw, body, key)
-                tail.close = -1 if found is None else found
-                tail.at = 0 if found is None else splice_point(raw, found)
+                found = find_closing(raw, body, key)  # proved there
+                tail.at = -1 if found is None else splice_point(raw, found)
             self._keep_tail(tenant, tail)
         return body
 

@@ -123,15 +123,14 @@ def extend(
     earlier_raw: bytes,
     earlier: Mapping[str, Any],
     key: str,
-    close: int,
+    at: int,
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> CheckedBody | None:
-    """``load_body(raw)`` when ``raw`` is ``earlier_raw`` with items inserted after the last item of
-    ``earlier[key]`` (whose array the bracket at ``close`` ends); None when it is anything else
-    (parse it whole)."""
-    at = splice_point(earlier_raw, close)
+    """``load_body(raw)`` when ``raw`` is ``earlier_raw`` with items inserted at ``at``, just after
+    the last item of ``earlier[key]`` (``splice_point``); None when it is anything else (parse it
+    whole)."""
     size, rest = len(raw), len(earlier_raw) - at
     if size <= len(earlier_raw) or size > max_bytes:
         return None
