@@ -127,10 +127,7 @@ class ResilientIndex:
     # -- PrefixIndex --------------------------------------------------------------------------------
 
     def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match:
-        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
-        local = self.fallback.lookup(scope, toks, now=now, ttl=ttl)
-        ok, shared = self._call("lookup", lambda: self.primary.lookup(scope, toks, now=now, ttl=ttl))
-        return _better(shared, local) if ok and shared is not None else local
+        return self.lookup_many([Lookup(self, scope, tokens, ttl)], now=now)[0]
 
     def lookup_many(self, queries: Sequence[Lookup], *, now: float) -> list[Match]:
         """``JointLookups``: the primaries of the ``ResilientIndex`` queries are asked together
@@ -140,14 +137,14 @@ class ResilientIndex:
         out: list[Match | None] = [None] * len(queries)
         asked: list[tuple[int, ResilientIndex]] = []
         shared: list[Lookup] = []
-        local: list[tuple[int, PrefixIndex, Lookup]] = []
+        local: list[Lookup] = []  # one per query, in order: what answers it here
         for i, q in enumerate(queries):
             index = q.index
             if not isinstance(index, ResilientIndex):
-                local.append((i, index, q))
+                local.append(q)
                 continue
             toks = q.tokens if isinstance(q.tokens, list | tuple) else list(q.tokens)
-            local.append((i, index.fallback, Lookup(index.fallback, q.scope, toks, q.ttl)))
+            local.append(Lookup(index.fallback, q.scope, toks, q.ttl))
             if index._due():
                 asked.append((i, index))
                 shared.append(Lookup(index.primary, q.scope, toks, q.ttl))
@@ -157,8 +154,8 @@ class ResilientIndex:
             nonlocal pending
             if pending:
                 pending = False
-                for i, index, q in local:
-                    out[i] = index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
+                for i, q in enumerate(local):
+                    out[i] = q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
 
         if shared:
             try:
