@@ -23,6 +23,7 @@ or the redis package. About 30 s on 2 cores.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import socket
@@ -35,10 +36,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cachewarden.proxy.engine.adapters import parse_request
 from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.engine.index.base import PrefixIndex
 from cachewarden.proxy.engine.index.memory import MemoryIndex
+from cachewarden.proxy.engine.reading import ConversationReader
 
 SCOPE = "tenant\x1fopenai\x1fgpt-4o\x1f"
 VOCAB = 200_000
@@ -138,38 +139,43 @@ ROUNDS = 7  # conversations per backend, taken in turns (see engine_rows)
 
 
 def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tuple[float, float]]:
-    """``Engine.analyse`` per request: a 60-turn conversation, ``ROUNDS`` times per backend. The
-    backends take turns conversation by conversation (in a rotating order), so that a load spike
-    of the shared machine weighs on all of them alike rather than on whichever ran then."""
+    """``Engine.analyse`` per request: a 60-turn conversation, ``ROUNDS`` times per backend, each
+    body read as the proxy reads it (``ConversationReader``: parsed from where it extends the
+    tenant's previous body, so the counter resumes the previous stream; only ``analyse`` is timed).
+    The backends take turns conversation by conversation (in a rotating order), so that a load
+    spike of the shared machine weighs on all of them alike rather than on whichever ran then."""
     rules = (f"Rule {i}: answer questions about topic {i} from section {i}, quote it." for i in range(230))
     policy = "\n".join(rules)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": policy}]
     bodies = []
     for turn in range(60):
         msgs = [*msgs, {"role": "user", "content": f"Question {turn}: what does rule {turn} say?"}]
-        bodies.append(parse_request({"model": "gpt-4.1", "messages": msgs}))
+        bodies.append(json.dumps({"model": "gpt-4.1", "messages": msgs}).encode())
         msgs = [*msgs, {"role": "assistant", "content": f"Rule {turn} says to quote section {turn}."}]
-    engines: dict[str, Engine] = {}
+    engines: dict[str, tuple[Engine, ConversationReader]] = {}
     tokens = 0
     for name, make in backends.items():
         # The model-blind index stays local in the proxy (cli/proxy.py build_engine): it is only
         # for attribution against this replica's own history. The memory row has two, as there.
-        engine = engines[name] = Engine(index=make(), wide_index=MemoryIndex())
+        engine = Engine(index=make(), wide_index=MemoryIndex())
+        reader = ConversationReader()
+        engines[name] = (engine, reader)
         engine.index.clear()
         engine.wide_index.clear()
-        for p in bodies[:5]:  # warm the tokenizer memo so that all backends measure the same work
-            engine.analyse(p, tenant="warm", now=0.0)
-        tokens = engine.analyse(bodies[-1], tenant="warm", now=0.0).tokenized.count
+        for raw in [*bodies[:5], bodies[-1]]:  # warm the tokenizer memo: all backends do the same work
+            prompt = reader.parse(reader.load(raw, tenant="warm"), "openai-chat", tenant="warm")
+            tokens = engine.analyse(prompt, tenant="warm", now=0.0).tokenized.count
     samples: dict[str, list[float]] = {name: [] for name in backends}
     names = list(backends)
     for r in range(ROUNDS):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            engine = engines[name]
-            for turn, p in enumerate(bodies):
+            engine, reader = engines[name]
+            for turn, raw in enumerate(bodies):
+                prompt = reader.parse(reader.load(raw, tenant=f"t{r}"), "openai-chat", tenant=f"t{r}")
                 t0 = time.perf_counter()
-                engine.analyse(p, tenant=f"t{r}", now=1000.0 + 100 * r + turn)
+                engine.analyse(prompt, tenant=f"t{r}", now=1000.0 + 100 * r + turn)
                 samples[name].append(time.perf_counter() - t0)
-    for engine in engines.values():
+    for engine, _ in engines.values():
         engine.index.clear()
         engine.wide_index.clear()
     return {f"{name} ({tokens:,} tok)": _pct(samples[name]) for name in names}

@@ -477,3 +477,53 @@ def test_marks_of_both_ttl_classes_share_a_round_trip(
     assert got == [{8: 2.0}, {12: 1.0}]
     assert order[:2] == ["ask", "ask"] and "ask" not in order[2:]
     assert got == [index.marks(q.scope, q.tokens, q.positions, now=12, ttl=q.ttl) for q in queries]
+
+
+_edits = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "change", "cut", "fresh"]),
+        st.integers(min_value=0, max_value=10_000),
+        st.lists(st.integers(min_value=0, max_value=50), min_size=1, max_size=12),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    start=st.lists(st.integers(min_value=0, max_value=50), max_size=40),
+    edits=_edits,
+    block_size=st.sampled_from([1, 3, 4, 8]),
+    hinted=st.booleans(),
+)
+def test_a_prompt_built_from_the_previous_one_is_prepared_as_from_scratch(
+    start: list[int], edits: list[tuple[str, int, list[int]]], block_size: int, hinted: bool
+) -> None:
+    """``_prepare`` starts from the scope's previous prompt (its shared full blocks, and the partial
+    block it extends) and takes the counter's ``derived`` hint: chain digests, member bytes and keys
+    are still exactly those of a fresh index that never saw the previous prompt. No server needed:
+    ``_prepare`` is pure (the client never connects)."""
+    from cachewarden.proxy.engine.index.query import derived
+
+    warm = RedisIndex(redis.Redis(port=1), block_size=block_size, secret=b"s")
+    toks = tuple(start)
+    warm._prepare("scope", toks)
+    for kind, at, new in edits:
+        before = toks
+        at %= len(toks) + 1
+        if kind == "append":
+            toks = (*toks, *new)
+        elif kind == "change":
+            toks = (*toks[:at], *new, *toks[at + len(new) :])
+        elif kind == "cut":
+            toks = toks[:at]
+        else:
+            toks = tuple(new)
+        shared = next((i for i, (a, b) in enumerate(zip(toks, before, strict=False)) if a != b), None)
+        if hinted and kind != "fresh":
+            # A true claim only (what the counter guarantees): the head both share.
+            derived(toks, before, min(len(toks), len(before)) if shared is None else shared)
+        got = warm._prepare("scope", toks)
+        want = RedisIndex(redis.Redis(port=1), block_size=block_size, secret=b"s")._prepare("scope", toks)
+        assert (got.chain, got.members, got.nodes) == (want.chain, want.members, want.nodes)

@@ -54,6 +54,7 @@ import sys
 import threading
 import uuid
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -61,6 +62,7 @@ from typing import Any, ClassVar, NamedTuple
 import redis
 
 from .base import NO_MATCH, IndexStats, Lookup, Marks, Match
+from .query import _common_blocks, _derived
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
 from .redis_writes import Channel, WriteBehind
 
@@ -79,6 +81,10 @@ _CHUNK = 512  # blocks per script call: each stays well under a 50 ms client tim
 _BLOCK_CACHE = 4096
 _STORED = 1 << 16  # chain digests of full blocks known to be in Redis (~150 bytes each)
 _TOKEN_MEMO = 1 << 18  # token -> its 4 bytes (a vocabulary is ~200k tokens)
+_STREAMS = 1024  # keystreams of recent nodes, 2 KiB each at 512 tokens a block
+# Scopes whose last prompt is kept for the next one to start from (members shared with it; at most
+# a few MiB for long conversations, mostly the same bytes objects from one turn to the next).
+_SCOPES = 64
 _GIVEN_MASK, _LEFT_MASK = ord("g"), ord("-")  # a WRITE's block sent with its bytes, or without
 _ESCAPE = -(2**63)  # int64 token values are 8 bytes; this one introduces a longer encoding
 
@@ -130,6 +136,22 @@ def _encode(toks: Sequence[int]) -> tuple[bytes, Sequence[int]]:
         parts.append(b)
         offsets.append(offsets[-1] + len(b))
     return b"".join(parts), offsets
+
+
+def _common_tokens(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens ``a`` and ``b`` start with, by bisection over C-speed slice compares (a turn
+    of a conversation shares all of the previous one's partial block but its last few tokens)."""
+    hi = min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    lo, hi = 0, hi - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _server_of(client: redis.Redis) -> tuple[object, ...]:
@@ -239,6 +261,8 @@ class RedisIndex:
         self._stored: dict[bytes, None] = {}
         self._blocks_lock = threading.Lock()
         self._last = threading.local()
+        self._streams: dict[bytes, bytes] = {}
+        self._scopes: OrderedDict[str, _Prepared] = OrderedDict()
         # open_index turns this on for the proxy: writes leave the analysis' path (redis_writes.py).
         # On a single Redis, writes go out at once on a connection of the index's own and their
         # replies are read later; on a cluster, a thread sends them (redis_writes.py).
@@ -272,39 +296,77 @@ class RedisIndex:
         return g
 
     def _groups(
-        self, node: bytes, block: Sequence[int], encoded: tuple[bytes, Sequence[int]] | None = None
+        self,
+        node: bytes,
+        block: Sequence[int],
+        encoded: tuple[bytes, Sequence[int]] | None = None,
+        start: int = 0,
     ) -> bytes:
-        """The member bytes of ``block`` under ``node`` (4 a token, high bit set on the first).
-        ``encoded``: the block's ``_encode``, made here if a token is not in the memo."""
-        parts = list(map(self._memo.get, block))  # in C: most tokens are known
+        """The member bytes of ``block`` under ``node`` (4 a token, high bit set on the first), or of
+        its tokens from ``start`` on: bytes are mixed token by token, so a block's member is the
+        member of a prefix of it followed by the rest's. ``encoded``: the block's ``_encode``, made
+        here if a token is not in the memo."""
+        part = block[start:]
+        parts = list(map(self._memo.get, part))  # in C: most tokens are known
         if None in parts:
             data, offsets = encoded if encoded is not None else _encode(block)
             for i, got in enumerate(parts):
                 if got is None:
-                    parts[i] = self._token(block[i], data[offsets[i] : offsets[i + 1]])
+                    t = start + i
+                    parts[i] = self._token(block[t], data[offsets[t] : offsets[t + 1]])
         raw = b"".join(parts)  # type: ignore[arg-type]
         size = len(raw)
-        stream = hashlib.shake_256(self._stream_key + node).digest(size)
+        at = start * _GROUP
+        stream = self._stream(node)[at : at + size]
         mask = self._masks.get(size)
         if mask is None:
             mask = self._masks[size] = int.from_bytes(b"\x80\x00\x00\x00" * (size // _GROUP), "big")
         mixed = (int.from_bytes(raw, "big") ^ int.from_bytes(stream, "big")) | mask
         return mixed.to_bytes(size, "big")
 
+    def _stream(self, node: bytes) -> bytes:
+        """The keystream of a node, for a whole block (an XOF: a shorter one is its prefix). Kept for
+        the nodes of recent partial blocks, which a conversation's next turns extend."""
+        stream = self._streams.get(node)
+        if stream is None:
+            stream = hashlib.shake_256(self._stream_key + node).digest(self._bs * _GROUP)
+            with self._blocks_lock:
+                self._streams[node] = stream
+                _trim(self._streams, _STREAMS)
+        return stream
+
     def _prepare(self, scope: str, toks: Sequence[int]) -> _Prepared:
         """Chain and member bytes of a prompt. The engine looks a prompt up, then inserts and marks
-        the same one: the last one of each thread is kept for those calls."""
+        the same one: the last one of each thread is kept for those calls. A prompt starts from the
+        blocks it shares with the scope's previous one (a conversation's previous turn), so that
+        it costs what is new in it, not the conversation's length."""
         last: _Prepared | None = getattr(self._last, "value", None)
         # A copy, compared by value: a caller may reuse and change its list between calls.
         key = tuple(toks)
-        if last is not None and last.scope == scope and (last.toks is key or last.toks == key):
+        # Lengths first: tuples compare item by item before they compare lengths, and the next
+        # prompt of a conversation starts with the whole previous one.
+        same = last is not None and last.scope == scope and len(last.toks) == len(key)
+        if last is not None and same and (last.toks is key or last.toks == key):
             return last
         n, bs = len(key), self._bs
         full = n // bs
-        root = self._root(scope)
-        chain, members = [root], []
+        with self._blocks_lock:
+            earlier = self._scopes.get(scope)
+        chain, members, nodes = [self._root(scope)], [], []
+        shared = 0  # full blocks taken from the earlier prompt
+        if earlier is not None:
+            limit = min(full, len(earlier.toks) // bs)
+            known = 0
+            origin = _derived.get(id(key))
+            if origin is not None and origin[0] is key and origin[1] is earlier.toks:
+                known = min(origin[2] // bs, limit)  # equal by construction: not compared
+            shared = _common_blocks(key, earlier.toks, bs, limit, known)
+            chain = earlier.chain[: shared + 1]
+            members = earlier.members[:shared]
+            nodes = earlier.nodes[:shared]
+        root = chain[0]
         cache, fresh = self._blocks, []
-        for k in range(full):
+        for k in range(shared, full):
             block = key[k * bs : (k + 1) * bs]
             # Found by the parent and a few tokens (hashing all 512 would cost more than the rest
             # of the lookup), then checked token by token: the tokens of a conversation's turns
@@ -319,22 +381,36 @@ class RedisIndex:
             members.append(got[1])
         if n > full * bs:
             block = key[full * bs :]
-            members.append(self._groups(chain[full], block))
+            kept = 0  # tokens of the earlier prompt's partial block this one starts with
+            if earlier is not None and shared == full and len(earlier.members) > full:
+                kept = _common_tokens(block, earlier.toks[full * bs :])
+            head = earlier.members[full][: kept * _GROUP] if earlier is not None and kept else b""
+            members.append(head + self._groups(chain[full], block, start=kept))
         if fresh:
             with self._blocks_lock:
                 cache.update(fresh)
                 _trim(cache, _BLOCK_CACHE)
         tag = b"%s:{%s}:n:" % (self._ns, root.hex().encode())
-        nodes = [tag + chain[k] for k in range(len(members))]
+        nodes.extend(tag + chain[k] for k in range(len(nodes), len(members)))
         prepared = _Prepared(scope, key, root, chain, members, nodes)
         self._last.value = prepared
+        with self._blocks_lock:
+            self._scopes[scope] = prepared
+            self._scopes.move_to_end(scope)
+            while len(self._scopes) > _SCOPES:
+                self._scopes.popitem(last=False)
         return prepared
 
-    def _known(self, digests: Iterable[bytes]) -> None:
+    def _known(self, digests: Sequence[bytes]) -> None:
         """Full blocks now known to be in Redis (written, or walked: their members are there)."""
+        stored = self._stored
+        # Most often all of them are known already (a conversation's turns walk and write the same
+        # blocks): a read-only pass, no lock.
+        if all(d in stored for d in digests):
+            return
         with self._blocks_lock:
-            self._stored.update(dict.fromkeys(digests))
-            _trim(self._stored, _STORED)
+            stored.update(dict.fromkeys(digests))
+            _trim(stored, _STORED)
 
     def _fields(
         self, parent: bytes, data: bytes, offsets: Sequence[int], start: int, ends: Iterable[int]
@@ -640,8 +716,10 @@ class RedisIndex:
         for call, answer in zip(calls, answers, strict=True):
             if call.script is not WRITE or call.groups is None:
                 continue
-            head, blob = call.args[:5], call.args[5]
-            assert isinstance(blob, bytes)
+            head, blob, mask = call.args[:5], call.args[5], call.args[6]
+            assert isinstance(blob, bytes) and isinstance(mask, bytes)
+            if not answer and _GIVEN_MASK not in mask[: len(blob) // _FIELD]:
+                continue  # every full block was known to be stored, and still is: nothing to learn
             digests = [blob[i : i + _FIELD] for i in range(0, len(blob), _FIELD)]
             missing = sorted(int(i) - 1 for i in answer or ())
             if missing:
