@@ -14,6 +14,12 @@ then no longer unseen), "final" records never are; only their aggregate is print
 prints the two halves as separate columns; the default table pools them.
 
     .venv/bin/python bench/bench_counting.py [PATH/interactions.jsonl] [--split] [--detail]
+    .venv/bin/python bench/bench_counting.py --cassettes[=DIR] [--split] [--detail]
+
+``--cassettes`` measures a second held-out source instead: public projects' VCR cassettes unpacked
+under DIR (default /tmp/acc4/raw; bench/cassette_records.py reads them, /tmp/acc4/PLAN.md names the
+repositories and commits). No rule was found on them before their first run, so every record is
+held out; they split into dev / final by cassette with the same hash.
 
 ``--detail`` adds rows per model for tools, Responses and Anthropic, and the largest errors outside the
 final part (training and held-out dev records only: the final part is never listed).
@@ -30,6 +36,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import cassette_records
 from cachewarden.proxy.engine import adapters
 from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.errors import CachewardenError
@@ -38,6 +45,7 @@ from cachewarden.proxy.engine.models import load_model_table
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT.parent / "shared" / "data" / "recorded" / "interactions.jsonl"
 HELD_OUT_SOURCE = "pydantic/pydantic-ai:"
+CASSETTES = Path("/tmp/acc4/raw")
 
 # Row order of the table; a record goes to its first matching kind (see kinds()).
 ROWS = (
@@ -52,16 +60,34 @@ ROWS = (
 )
 
 
+def clean(rec: Mapping[str, Any]) -> bool:
+    return bool(rec.get("self_contained")) and not rec.get("suspect") and not rec.get("duplicate_of")
+
+
 def records(path: Path) -> Iterator[dict[str, Any]]:
     with path.open(encoding="utf-8") as fh:
         for line in fh:
             rec = json.loads(line)
-            if rec.get("self_contained") and not rec.get("suspect") and not rec.get("duplicate_of"):
+            if clean(rec):
                 yield rec
 
 
+def cassette_source(rec: Mapping[str, Any]) -> bool:
+    """A record of the second held-out source (``--cassettes``): none of it was ever training data."""
+    return bool(rec.get("cassette"))
+
+
+def load_cassettes(root: Path) -> list[dict[str, Any]]:
+    """Every record of the cassettes under ``root`` (cassette_records), marked as that source."""
+    out = []
+    for rec in cassette_records.records(root):
+        rec["cassette"] = True
+        out.append(rec)
+    return out
+
+
 def held_out(rec: Mapping[str, Any]) -> bool:
-    return str(rec["source"]).startswith(HELD_OUT_SOURCE)
+    return cassette_source(rec) or str(rec["source"]).startswith(HELD_OUT_SOURCE)
 
 
 def part(rec: Mapping[str, Any]) -> str:
@@ -118,16 +144,25 @@ def main(argv: list[str]) -> int:
     detail = "--detail" in argv
     split = "--split" in argv
     args = [a for a in argv if not a.startswith("--")]
+    cassettes = next((a for a in argv if a.startswith("--cassettes")), None)
     path = Path(args[0]) if args else DEFAULT
+    if cassettes is not None:
+        path = Path(cassettes.partition("=")[2] or CASSETTES)
     if not path.exists():
         print(f"bench_counting: skipped, no recorded data at {path}")
         return 0
+    if cassettes is not None:
+        source_records: Iterator[dict[str, Any]] = iter([r for r in load_cassettes(path) if clean(r)])
+    else:
+        source_records = records(path)
     counter = PromptCounter(load_model_table())
-    columns = ("training", "dev", "final") if split else ("training", "held-out")
+    columns: tuple[str, ...] = ("training", "dev", "final") if split else ("training", "held-out")
+    if cassettes is not None:
+        columns = columns[1:]
     table: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
     worst: list[tuple[float, str, int, int]] = []
     skipped = 0
-    for rec in records(path):
+    for rec in source_records:
         reported = rec.get("total_input_tokens")
         rows = kinds(rec)
         if not isinstance(reported, int) or reported <= 0 or not rows:
@@ -151,7 +186,7 @@ def main(argv: list[str]) -> int:
         if where != "final" and counted != reported:
             worst.append((abs(counted - reported) / reported, rec["source"], counted, reported))
     held = "dev | final by cassette" if split else "pooled"
-    source = HELD_OUT_SOURCE.rstrip(":")
+    source = "all of it" if cassettes is not None else HELD_OUT_SOURCE.rstrip(":")
     print(f"recorded data: {path} (held out: {source}, {held}; {skipped} records skipped)")
     head = f"{'n':>5} {'exact':>6} {'±1':>6} {'median':>7}"
     titles = {"dev": "held-out dev", "final": "held-out final"}

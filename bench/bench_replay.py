@@ -17,6 +17,10 @@ Two figures, both on third-party data read from ../shared/data (skipped with a n
   suite is then visible). Printed: the share of requests where predicted and reported cached tokens
   agree on hit / miss, and where they are equal, on the training projects and on the held-out one
   (pydantic-ai, as in bench_counting.py).
+
+``--cassettes[=DIR]`` runs only the agreement on the second held-out source, the VCR cassettes of
+other public projects under DIR (default /tmp/acc4/raw; bench_counting.py's module doc): all of it
+held out, by half with the same cassette hash.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench_counting import part
+from bench_counting import CASSETTES, held_out, load_cassettes, part
 from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.replay.logs import LogLineError, parse_timestamp
 from cachewarden.proxy.replay.replayer import Row, replay
@@ -166,15 +170,21 @@ def _suite(sequence_id: str) -> str:
     return f"{repo}:{path.rsplit('/', 1)[0]}"
 
 
-def agreement() -> None:
-    """Hit / miss and exact agreement of cached tokens, per suite replay (see the module doc)."""
-    if not RECORDED.is_file():
-        return
-    suites: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def _recorded_lines() -> Iterator[dict[str, Any]]:
     with RECORDED.open(encoding="utf-8") as f:
         for text in f:
-            record = json.loads(text)
-            suites[_suite(record["sequence_id"])].append(record)
+            yield json.loads(text)
+
+
+def agreement(source: Iterator[dict[str, Any]] | None = None) -> None:
+    """Hit / miss and exact agreement of cached tokens, per suite replay (see the module doc)."""
+    if source is None:
+        if not RECORDED.is_file():
+            return
+        source = _recorded_lines()
+    suites: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in source:
+        suites[_suite(record["sequence_id"])].append(record)
     engine = Engine()
     # (held out, self-contained) -> [requests, hit/miss agree, exact, with a read, exact among them]
     tally: dict[tuple[bool, bool], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
@@ -194,7 +204,7 @@ def agreement() -> None:
             if row.reported is None:
                 continue
             rec = records[row.index]
-            key = (rec["source"].startswith("pydantic/pydantic-ai:"), bool(rec.get("self_contained")))
+            key = (held_out(rec), bool(rec.get("self_contained")))
             t = tally[key]
             t[0] += 1
             agrees = (row.predicted.cached > 0) == (row.reported.cached > 0)
@@ -228,7 +238,17 @@ def agreement() -> None:
         print(f"    {'held-out' if held else 'training':<9} {provider:<17} {way:<33} {n:>4}")
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    cassettes = next((a for a in argv if a.startswith("--cassettes")), None)
+    if cassettes is not None:
+        root = Path(cassettes.partition("=")[2] or CASSETTES)
+        if not root.is_dir():
+            print(f"skipped: {root} not present (third-party cassettes, never copied into the repository)")
+            return 0
+        # Duplicates stay in: a replay sees every request the suite sent, repeats included.
+        print(f"cassettes: {root}")
+        agreement(iter(load_cassettes(root)))
+        return 0
     if not DATA.is_dir():
         print(f"skipped: {DATA} not present (third-party data, never copied into the repository)")
         return 0
@@ -239,4 +259,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
