@@ -22,6 +22,7 @@ from cachewarden.proxy.engine.models import load_model_table
 from cachewarden.proxy.engine.pricing import PriceTable
 from cachewarden.proxy.engine.tokenizers import get_tokenizer
 from cachewarden.proxy.server.analysis import EngineAnalyzer
+from cachewarden.proxy.server.analysis_worker import Factory
 from cachewarden.proxy.server.app import Proxy, create_app
 from cachewarden.proxy.server.config import Settings, load_settings
 from cachewarden.proxy.server.hooks import Analyzer, default_analyzers
@@ -29,6 +30,8 @@ from cachewarden.proxy.server.live_rules import LiveRules
 from cachewarden.proxy.server.metrics import Metrics
 from cachewarden.proxy.server.transforms.rewriter import build_rewriter
 from starlette.applications import Starlette
+
+logger = logging.getLogger("cachewarden.proxy")
 
 
 class _DrainingServer(uvicorn.Server):
@@ -82,22 +85,31 @@ def build_analyzers(settings: Settings, metrics: Metrics, engine: Engine | None 
 
 
 def worker_analyzers(settings: Settings, metrics: Metrics) -> list[Analyzer]:
-    """The analyzers of one analysis worker process (``--analysis-processes``): the engine's. The
+    """The analyzers of one analysis worker process (``uses_processes``): the engine's. The
     reported usage is counted by the forwarder, the capture written by the worker runtime."""
     engine = build_engine(settings, metrics, share=settings.analysis_workers)
     return [EngineAnalyzer(engine, metrics, LiveRules())]
 
 
+def threads_needed(settings: Settings) -> str | None:
+    """Why the analysis must run in the forwarding process (None: worker processes can run it):
+    what the forwarding process does then reads the analysis' state."""
+    if settings.mode != "observe":
+        return f"--mode {settings.mode} rewrites requests with the analysis' engine before forwarding"
+    if settings.anthropic_diagnostics:
+        return "--anthropic-diagnostics rewrites requests with the analysis' engine before forwarding"
+    if settings.otel:
+        return "--otel spans carry the analysis"
+    return None
+
+
 def uses_processes(settings: Settings) -> bool:
-    """Whether the analysis runs in worker processes: asked for, and nothing the forwarding process
-    does needs the analysis' state (observe mode, no --anthropic-diagnostics, no --otel, whose
-    spans carry the analysis)."""
-    return (
-        settings.analysis_processes
-        and settings.mode == "observe"
-        and not settings.anthropic_diagnostics
-        and not settings.otel
-    )
+    """Whether the analysis runs in worker processes: unless ``--analysis-processes=false``,
+    wherever they can (``threads_needed``). Asked for where they cannot: a ConfigError."""
+    reason = threads_needed(settings)
+    if settings.analysis_processes and reason is not None:
+        raise ConfigError(f"--analysis-processes cannot be used here: {reason}; leave it unset")
+    return settings.analysis_processes is not False and reason is None
 
 
 def _check_files(settings: Settings) -> None:
@@ -144,21 +156,19 @@ def otel_analyzers(settings: Settings, metrics: Metrics, env: Mapping[str, str])
     return [OtelAnalyzer(telemetry, metrics, upstreams)]
 
 
-def build(settings: Settings, env: Mapping[str, str] | None = None) -> Starlette:
-    """The proxy app of ``settings``; ``env`` (default: the process environment) holds OTEL_*."""
+def build(
+    settings: Settings, env: Mapping[str, str] | None = None, *, workers: Factory = worker_analyzers
+) -> Starlette:
+    """The proxy app of ``settings``; ``env`` (default: the process environment) holds OTEL_*.
+    ``workers`` builds each analysis worker process' analyzers (a module-level function, run in
+    the worker: the reliability tests inject their faults there)."""
     metrics = Metrics(settings.max_model_labels, tenant_labels=settings.tenant_labels)
     if uses_processes(settings):
         try:
-            return create_app(
-                settings, analyzers=default_analyzers(metrics), metrics=metrics, workers=worker_analyzers
-            )
+            analyzers = default_analyzers(metrics)
+            return create_app(settings, analyzers=analyzers, metrics=metrics, workers=workers)
         except OSError as exc:
             raise ConfigError(f"cannot open {exc.filename}: {exc.strerror}") from exc
-    if settings.analysis_processes:
-        logging.getLogger("cachewarden.proxy").warning(
-            "--analysis-processes is for observe mode without --otel or --anthropic-diagnostics: "
-            "analysing on threads of the forwarding process"
-        )
     try:
         # One engine: the optimize-mode rewriter counts tokens with the same table and memo as analysis.
         engine = build_engine(settings, metrics)
@@ -172,6 +182,26 @@ def build(settings: Settings, env: Mapping[str, str] | None = None) -> Starlette
         )
     except OSError as exc:  # --access-log / --capture opened at start-up
         raise ConfigError(f"cannot open {exc.filename}: {exc.strerror}") from exc
+
+
+def analysis_line(settings: Settings) -> str:
+    """Where the analysis runs and, on threads, why: the one line the proxy logs about it."""
+    n = settings.analysis_workers
+    if uses_processes(settings):
+        return f"analysis: in {n} worker process{'' if n == 1 else 'es'}, off the forwarding process"
+    why = threads_needed(settings) or "--analysis-processes=false"
+    return f"analysis: on {n} thread{'' if n == 1 else 's'} of the forwarding process ({why})"
+
+
+def _log_to_stderr(level: str) -> logging.Handler:
+    """The proxy's own log lines on stderr at ``--log-level``, formatted as uvicorn's (whose logging
+    set-up covers its own loggers only); the analysis workers print theirs alike."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    own = logging.getLogger("cachewarden")
+    own.addHandler(handler)
+    own.setLevel(getattr(logging, level.upper(), logging.INFO))
+    return handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -206,7 +236,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout_graceful_shutdown=int(settings.graceful_timeout),
     )
     server = _DrainingServer(config, app.state.proxy)
-    server.run()
+    handler = _log_to_stderr(settings.log_level)
+    logger.info(analysis_line(settings))
+    try:
+        server.run()
+    finally:
+        logging.getLogger("cachewarden").removeHandler(handler)
     return 0 if server.started else 1
 
 

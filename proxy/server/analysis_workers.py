@@ -1,4 +1,4 @@
-"""Analysis in worker processes (``--analysis-processes``): the forwarder's side of analysis_worker.py.
+"""Analysis in worker processes (observe mode's default): the forwarder's side of analysis_worker.py.
 
 In observe mode the forwarding process then does no tokenizing, attribution, lint rules or JSON
 parsing of a body: once a request went upstream it writes the body bytes (with the flow's few

@@ -7,10 +7,10 @@ One request, one concern per layer::
     ├─ _request_stage  Analyzer.request hooks in a worker thread, once the body went upstream
     └─ _finish         metrics, Analyzer.response hooks (after the request stage), access log
 
-With analysis worker processes (``--analysis-processes``, observe mode) ``_pooled`` replaces the
-two stages: the body and then the response's usage go to the tenant's worker process, and
-``_complete`` counts the request and writes its log line once the worker answered
-(analysis_workers.py); nothing in this process reads the body.
+With analysis worker processes (observe mode's default: cli/proxy.py ``uses_processes``)
+``_pooled`` replaces the two stages: the body and then the response's usage go to the tenant's
+worker process, and ``_complete`` counts the request and writes its log line once the worker
+answered (analysis_workers.py); nothing in this process reads the body.
 
 The request always goes upstream without waiting for analysis; analysis never changes the answer.
 

@@ -87,14 +87,17 @@ class Settings:
     index: str = "memory://"
     # Keys the hashes a shared index stores: the same on every replica.
     index_secret: str | None = None
-    # Analysis runs on its own threads, beside the forwarding; beyond this backlog of requests
-    # waiting for analysis, new ones are forwarded unanalysed (counted) rather than queued.
+    # Analysis runs beside the forwarding, on ``analysis_workers`` worker processes or threads;
+    # beyond this backlog of requests waiting for analysis, new ones are forwarded unanalysed
+    # (counted) rather than queued.
     analysis_workers: int = 2
     analysis_backlog: int = 256
-    # Observe mode: run the analysis in ``analysis_workers`` worker processes (analysis_workers.py)
-    # instead of threads of the forwarding process; other modes, --otel and --anthropic-diagnostics
-    # share state between the forwarding and the analysis, and keep the threads.
-    analysis_processes: bool = False
+    # Where the analysis runs (cli/proxy.py ``uses_processes``). None (default): in worker processes
+    # (analysis_workers.py) wherever they can work, i.e. in observe mode without --otel or
+    # --anthropic-diagnostics, which read the analysis' state in the forwarding process; on its
+    # threads otherwise. True: worker processes, and a configuration where they cannot work is
+    # refused. False: threads of the forwarding process (e.g. to patch the engine in a test).
+    analysis_processes: bool | None = None
     # OpenTelemetry export (spans + metrics over OTLP/HTTP, beside /metrics); the exporter itself is
     # configured by the standard OTEL_* environment variables (server/otel_config.py).
     otel: bool = False
@@ -380,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--analysis-workers",
         metavar="N",
-        help="threads (or processes) that analyse requests, each tenant's in order on one (default 2)",
+        help="processes (or threads) that analyse requests, each tenant's in order on one (default 2)",
     )
     add(
         "--analysis-backlog",
@@ -389,9 +392,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--analysis-processes",
-        action="store_const",
-        const=True,
-        help="observe mode: analyse in --analysis-workers worker processes, off the forwarding process",
+        nargs="?",
+        const="true",
+        metavar="BOOL",
+        help="analyse in worker processes, off the forwarding process (default: wherever they can, "
+        "i.e. observe mode without --otel / --anthropic-diagnostics); =false: on its threads",
     )
     add("--otel", action="store_const", const=True, help="also export OTLP spans + metrics (OTEL_* env)")
     add(

@@ -14,10 +14,11 @@ client sees nothing. Analyzers run in several threads at once (one per request),
 in an analyzer needs a lock. ``flow.metadata`` carries state from ``request`` to ``response``.
 An analyzer may also have a ``close()`` method: it runs once at shutdown, after the last hook.
 
-With ``--analysis-processes`` the analyzers run in worker processes instead (analysis_worker.py):
-each builds its own from a factory, on a ``Metrics`` that records the updates for the forwarder
-(metric_records.py); ``flow.metadata`` then stays in the worker, and the forwarder gets back the
-model, the metric updates and the access log's ``count`` / ``diagnosis``.
+With analysis worker processes (the default in observe mode: cli/proxy.py ``uses_processes``)
+the analyzers run in worker processes instead (analysis_worker.py): each builds its own from a
+factory, on a ``Metrics`` that records the updates for the forwarder (metric_records.py);
+``flow.metadata`` then stays in the worker, and the forwarder gets back the model, the metric
+updates and the access log's ``count`` / ``diagnosis``.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Beyond DESIGN.md, two operational counters:
   ``requests_total{status="stream_error"}``).
 - ``usage_reports_total{provider, state}``: state = ``reported`` | ``missing`` | ``unparsed``
   (compressed with br/zstd, too large, malformed).
-- ``analysis_worker_restarts_total`` (no labels): analysis worker processes (``--analysis-processes``)
-  that died and were started again; the analysis they held is in ``analysis_dropped_total``.
+- ``analysis_worker_restarts_total`` (no labels): analysis worker processes (observe mode's
+  default) that died and were started again; the analysis they held is in ``analysis_dropped_total``.
 
 Every counter whose extra labels take known values (stages, transforms, error kinds, usage states,
 reason codes, token kinds) is exported at 0 from start-up, for each provider with model ``none``,

@@ -82,6 +82,16 @@ def test_toml_file_and_every_flag(tmp_path: Path) -> None:
         ([], {}, "- 1\n", "expected a mapping"),
         ([], {}, "upstreams: {v1: http://x}\n", "upstreams.v1"),
         ([], {}, "upstreams: {vllm: {url: http://x, tokens: 1}}\n", "unknown keys"),
+        (["--analysis-processes=maybe"], {}, None, "--analysis-processes: expected true or false"),
+        # Worker processes asked for where they cannot work: refused, not quietly turned into threads.
+        (
+            ["--analysis-processes", "--mode", "canonicalize"],
+            {},
+            None,
+            "cannot be used here: --mode canonicalize",
+        ),
+        (["--otel"], {"CACHEWARDEN_ANALYSIS_PROCESSES": "true"}, None, "cannot be used here: --otel"),
+        ([], {}, "analysis-processes: true\nanthropic-diagnostics: true\n", "here: --anthropic-diagnostics"),
     ],
 )
 def test_bad_configuration_is_one_line_and_exit_2(
@@ -130,3 +140,48 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 def test_config_error_is_the_project_error() -> None:
     with pytest.raises(ConfigError):
         load_settings(["--port", "-5"], env={})
+
+
+def test_analysis_processes_is_one_setting_with_an_unset_default(tmp_path: Path) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text("analysis-processes: false\n")
+    assert load_settings([], env={}).analysis_processes is None
+    assert load_settings(["--analysis-processes"], env={}).analysis_processes is True
+    assert load_settings(["--analysis-processes=false"], env={}).analysis_processes is False
+    assert load_settings(["--analysis-processes", "off", "--port", "1"], env={}).analysis_processes is False
+    assert load_settings([], env={"CACHEWARDEN_ANALYSIS_PROCESSES": "no"}).analysis_processes is False
+    assert load_settings(["--config", str(config)], env={}).analysis_processes is False
+    env = {"CACHEWARDEN_ANALYSIS_PROCESSES": "false"}
+    assert load_settings(["--analysis-processes", "--config", str(config)], env=env).analysis_processes
+
+
+@pytest.mark.parametrize(
+    ("settings", "processes", "line"),
+    [
+        (Settings(), True, "analysis: in 2 worker processes, off the forwarding process"),
+        (Settings(analysis_processes=True, analysis_workers=1), True, "analysis: in 1 worker process,"),
+        (
+            Settings(analysis_processes=False),
+            False,
+            "on 2 threads of the forwarding process (--analysis-processes=false)",
+        ),
+        (Settings(mode="canonicalize"), False, "(--mode canonicalize rewrites requests"),
+        (
+            Settings(mode="optimize", analysis_workers=1),
+            False,
+            "on 1 thread of the forwarding process (--mode optimize",
+        ),
+        (Settings(anthropic_diagnostics=True), False, "(--anthropic-diagnostics rewrites requests"),
+        (Settings(otel=True), False, "(--otel spans carry the analysis)"),
+    ],
+)
+def test_analysis_runs_in_worker_processes_wherever_they_can(
+    settings: Settings, processes: bool, line: str
+) -> None:
+    """Observe mode's default is worker processes; modes whose forwarding reads the analysis' state
+    keep threads by themselves, and say so in the one line the proxy logs about it."""
+    assert server_cmd.uses_processes(settings) is processes
+    assert line in server_cmd.analysis_line(settings)
+    if not settings.otel:  # (the OTel extra may be absent)
+        app = server_cmd.build(settings)  # not started: no process, no thread yet
+        assert (app.state.proxy.workers is not None) is processes

@@ -6,6 +6,11 @@ emulator runs in its own process (it shares the tokenizer and adapters with the 
 them in this process must not touch it) and is deterministic: every answer equals the fault-free
 run's (ids and timestamps aside). Raised faults are counted in ``analysis_errors_total{stage}``;
 stalled analysis never delays a response.
+
+Each fault is injected where the analysis runs: in the analysis worker processes of the default
+(observe mode), through their analyzer factory (rel_worker_faults.py), and, for one target of each
+kind, on the threads of the forwarding process (``analysis_processes=False``, the other modes' way),
+patched in this process.
 """
 
 from __future__ import annotations
@@ -20,15 +25,12 @@ import anthropic
 import httpx
 import openai
 import pytest
-from cachewarden.proxy.cli.proxy import build
-from cachewarden.proxy.engine.counting import PromptCounter
-from cachewarden.proxy.engine.index.memory import MemoryIndex
-from cachewarden.proxy.server import analysis as analyzer_engine
+from cachewarden.proxy.cli.proxy import build, worker_analyzers
 from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.testing import command, free_port, metric, serve
+from rel_worker_faults import STALL, TARGETS, fault, faulty_workers, reach_workers
 
 REQUESTS = 50
-STALL = 2.0
 POLICY = "\n".join(
     f"Rule {i}: bookings of type {i} are handled by desk {i % 7} within {i} hours." for i in range(150)
 )
@@ -117,14 +119,35 @@ def workload(proxy_url: str, key: str) -> Run:
     return run
 
 
-def drive(emulator: str, key: str, **settings: Any) -> tuple[Run, str, Callable[[], None]]:
-    app = build(Settings(openai_upstream=emulator, anthropic_upstream=emulator, **settings))
+def drive(
+    emulator: str, key: str, *, workers: Callable[..., Any] = worker_analyzers, **settings: Any
+) -> tuple[Run, str, Callable[[], None]]:
+    app = build(Settings(openai_upstream=emulator, anthropic_upstream=emulator, **settings), workers=workers)
     served = serve(app, "proxy")
     try:
         return workload(served.url, key), served.url, lambda: served.stop(30)
     except BaseException:
         served.stop(30)
         raise
+
+
+def drive_faulty(
+    emulator: str,
+    key: str,
+    target: str,
+    kind: str,
+    where: str,
+    monkeypatch: pytest.MonkeyPatch,
+    **settings: Any,
+) -> tuple[Run, str, Callable[[], None]]:
+    """The workload with ``kind`` ("raise" / "stall") injected into ``target`` where the analysis
+    runs: in the worker processes (the default) or on the forwarding process' threads."""
+    if where == "threads":
+        owner, name, replacement = fault(target, kind)
+        monkeypatch.setattr(owner, name, replacement)
+        return drive(emulator, key, analysis_processes=False, **settings)
+    reach_workers(monkeypatch)
+    return drive(emulator, key, workers=faulty_workers(target, kind), **settings)
 
 
 def wait_analysed(url: str) -> None:
@@ -147,38 +170,23 @@ def baseline(emulator: str) -> Run:
     return run
 
 
-def _raise(*args: Any, **kwargs: Any) -> Any:
-    raise RuntimeError("injected analysis fault")
-
-
-def _stalled(original: Callable[..., Any]) -> Callable[..., Any]:
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(STALL)
-        return original(*args, **kwargs)
-
-    return slow
-
-
-TARGETS: dict[str, tuple[Any, str]] = {
-    "tokenize": (PromptCounter, "tokenize"),
-    "index-lookup": (MemoryIndex, "lookup"),
-    "index-insert": (MemoryIndex, "insert"),
-    "attribute": (analyzer_engine, "attribute"),
-}
-
-
 def _same_answers(run: Run, baseline: Run) -> None:
     assert len(run.answers) == REQUESTS
     assert run.answers == baseline.answers  # text and reported usage, request by request
 
 
-@pytest.mark.parametrize("target", list(TARGETS))
+# Every target in the worker processes (the default); one on threads (the other modes' analysis).
+RAISING = [*((t, "processes") for t in TARGETS), ("tokenize", "threads")]
+STALLING = [("tokenize", "processes"), ("attribute", "processes"), ("tokenize", "threads")]
+
+
+@pytest.mark.parametrize(("target", "where"), RAISING)
 def test_raising_analysis_changes_no_answer_and_is_counted(
-    emulator: str, baseline: Run, target: str, monkeypatch: pytest.MonkeyPatch
+    emulator: str, baseline: Run, target: str, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    owner, name = TARGETS[target]
-    monkeypatch.setattr(owner, name, _raise)
-    run, url, stop = drive(emulator, f"sk-rel-raise-{target}")
+    run, url, stop = drive_faulty(
+        emulator, f"sk-rel-raise-{target}-{where}", target, "raise", where, monkeypatch
+    )
     try:
         _same_answers(run, baseline)
         wait_analysed(url)
@@ -193,14 +201,14 @@ def test_raising_analysis_changes_no_answer_and_is_counted(
         stop()
 
 
-@pytest.mark.parametrize("target", ["tokenize", "attribute"])
+@pytest.mark.parametrize(("target", "where"), STALLING)
 def test_stalled_analysis_never_delays_a_response(
-    emulator: str, baseline: Run, target: str, monkeypatch: pytest.MonkeyPatch
+    emulator: str, baseline: Run, target: str, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    owner, name = TARGETS[target]
-    monkeypatch.setattr(owner, name, _stalled(getattr(owner, name)))
     # A small backlog: analysis that falls behind is dropped (and counted) instead of queued.
-    run, url, stop = drive(emulator, f"sk-rel-stall-{target}", analysis_backlog=4)
+    run, url, stop = drive_faulty(
+        emulator, f"sk-rel-stall-{target}-{where}", target, "stall", where, monkeypatch, analysis_backlog=4
+    )
     try:
         _same_answers(run, baseline)
         # Each answer arrives without waiting for its 2 s analysis (or any earlier one still running).
