@@ -319,6 +319,7 @@ def main(argv: Sequence[str]) -> int:
     except OSError:  # not permitted here: analysis still runs, at the forwarder's priority
         logger.warning("could not lower the analysis worker's priority")
     worker = Worker(settings, factory, pipe.send)
+    logger.debug("ready: %s", ", ".join(type(a).__name__ for a in worker.analyzers))
     pipe.send(("ready", os.getpid()))
     try:
         while (message := pipe.receive()) is not None and message[0] != "stop":

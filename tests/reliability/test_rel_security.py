@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -113,19 +115,35 @@ def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logged]:
             **extra,
         )
 
+    # The analysis worker processes log to the stderr they were started with: a file of its own.
+    worker_log = tmp / "workers-stderr.log"
     with serving(create_emulator(), "emulator", lifespan="off", stop_timeout=30) as emulator:
         apps = [
             build(settings("ok", emulator.url)),
             build(settings("slow", emulator.url, upstream_timeout=0.3)),
             build(settings("dead", closed, connect_timeout=1)),
         ]
-        with (
-            serving(apps[0], "ok", stop_timeout=30) as ok,
-            serving(apps[1], "slow", stop_timeout=30) as slow,
-            serving(apps[2], "dead", stop_timeout=30) as dead,
-        ):
+        with contextlib.ExitStack() as stack:
+            with worker_stderr(worker_log):  # the workers start with their proxy's lifespan
+                ok = stack.enter_context(serving(apps[0], "ok", stop_timeout=30))
+                slow = stack.enter_context(serving(apps[1], "slow", stop_timeout=30))
+                dead = stack.enter_context(serving(apps[2], "dead", stop_timeout=30))
             urls = [ok.url, slow.url, dead.url]
-            yield Logged(ok.url, slow.url, dead.url, emulator.url, files, urls)
+            yield Logged(ok.url, slow.url, dead.url, emulator.url, [*files, worker_log], urls)
+
+
+@contextlib.contextmanager
+def worker_stderr(path: Path) -> Iterator[None]:
+    """File descriptor 2 is ``path`` for the processes started meanwhile (this process' own is back
+    after): what they log can be read."""
+    saved = os.dup(2)
+    try:
+        with path.open("ab") as file:
+            os.dup2(file.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def test_a_key_in_headers_is_never_written(logged: Logged, caplog: pytest.LogCaptureFixture) -> None:
@@ -186,6 +204,8 @@ def test_a_key_in_headers_is_never_written(logged: Logged, caplog: pytest.LogCap
     for url in logged.proxies:
         assert SECRET not in metrics_text(url) and QUERY_SECRET not in metrics_text(url)
     written = {path.name: path.read_text(encoding="utf-8") for path in logged.files}
+    # Each proxy's analysis workers wrote there (at DEBUG, as the proxies were configured).
+    assert written["workers-stderr.log"].count("analysis worker") >= 6
     for name, text in written.items():
         assert SECRET not in text and QUERY_SECRET not in text, name
     logs = caplog.text + "".join(str(r.args) for r in caplog.records)
