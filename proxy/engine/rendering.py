@@ -93,9 +93,16 @@ def render_function(fn: Mapping[str, Any]) -> str:
     name = fn.get("name", "")
     if isinstance(params, Mapping) and isinstance(params.get("properties"), Mapping) and params["properties"]:
         # A description of the parameters object itself is a comment between "(_: " and its brace
-        # (harmony's object rendering; recorded gpt-5.2 / 5.4 requests match it to the token).
-        own = params.get("description")
-        lead = _comment(own, "") if isinstance(own, str) and own else ""
+        # (harmony's object rendering; recorded gpt-5.2 / 5.4 requests match it to the token). Its
+        # title is one more comment line there, before the description, as a parameter's title is
+        # above the parameter: openai-agents sends "title": "<name>_args" and every such request was
+        # short by exactly the tokens of "// <title>\n" (cassettes, dev half: gpt-4o, 4o-mini, 4.1;
+        # cases by record id in tests/engine/test_counting_schema_titles.py).
+        lead = "".join(
+            _comment(params[key], "")
+            for key in ("title", "description")
+            if isinstance(params.get(key), str) and params[key]
+        )
         body = f"type {name} = (_: {lead}{{\n{_ts_props(params, 0)}}}) => any;"
     else:
         body = f"type {name} = () => any;"
