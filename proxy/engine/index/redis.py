@@ -138,13 +138,15 @@ def _encode(toks: Sequence[int]) -> tuple[bytes, Sequence[int]]:
     return b"".join(parts), offsets
 
 
-def _common_tokens(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens ``a`` and ``b`` start with, by bisection over C-speed slice compares (a turn
-    of a conversation shares all of the previous one's partial block but its last few tokens)."""
+def _common_tokens(a: Sequence[int], b: Sequence[int], known: int = 0) -> int:
+    """How many tokens ``a`` and ``b`` start with, the first ``known`` being equal already, by
+    bisection over C-speed slice compares (a turn of a conversation shares all of the previous
+    one's partial block but its last few tokens)."""
     hi = min(len(a), len(b))
-    if a[:hi] == b[:hi]:
+    lo = min(max(known, 0), hi)
+    if lo == hi or a[lo:hi] == b[lo:hi]:
         return hi
-    lo, hi = 0, hi - 1
+    hi -= 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if a[lo:mid] == b[lo:mid]:
@@ -354,13 +356,13 @@ class RedisIndex:
             earlier = self._scopes.get(scope)
         chain, members, nodes = [self._root(scope)], [], []
         shared = 0  # full blocks taken from the earlier prompt
+        same = 0  # tokens known equal to the earlier prompt's by construction (query.derived)
         if earlier is not None:
             limit = min(full, len(earlier.toks) // bs)
-            known = 0
             origin = _derived.get(id(key))
             if origin is not None and origin[0] is key and origin[1] is earlier.toks:
-                known = min(origin[2] // bs, limit)  # equal by construction: not compared
-            shared = _common_blocks(key, earlier.toks, bs, limit, known)
+                same = origin[2]
+            shared = _common_blocks(key, earlier.toks, bs, limit, min(same // bs, limit))
             chain = earlier.chain[: shared + 1]
             members = earlier.members[:shared]
             nodes = earlier.nodes[:shared]
@@ -383,7 +385,7 @@ class RedisIndex:
             block = key[full * bs :]
             kept = 0  # tokens of the earlier prompt's partial block this one starts with
             if earlier is not None and shared == full and len(earlier.members) > full:
-                kept = _common_tokens(block, earlier.toks[full * bs :])
+                kept = _common_tokens(block, earlier.toks[full * bs :], same - full * bs)
             head = earlier.members[full][: kept * _GROUP] if earlier is not None and kept else b""
             members.append(head + self._groups(chain[full], block, start=kept))
         if fresh:

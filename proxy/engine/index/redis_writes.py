@@ -186,7 +186,8 @@ class Channel:
             load = self._load
             out = [*self._prelude, *commands] if load else commands
             try:
-                self._conn.send_packed_command([_pack(c) for c in out], check_health=False)
+                # One buffer: redis-py sends each item of a list with a sendall of its own.
+                self._conn.send_packed_command([b"".join([_pack(c) for c in out])], check_health=False)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 # A dropped connection (a restarted server): one immediate retry on a new one, when
                 # no reply is due on the old one (those would be lost with it).
