@@ -82,8 +82,9 @@ _BLOCK_CACHE = 4096
 _STORED = 1 << 16  # chain digests of full blocks known to be in Redis (~150 bytes each)
 _TOKEN_MEMO = 1 << 18  # token -> its 4 bytes (a vocabulary is ~200k tokens)
 _STREAMS = 1024  # keystreams of recent nodes, 2 KiB each at 512 tokens a block
-# Scopes whose last prompt is kept for the next one to start from (members shared with it; at most
-# a few MiB for long conversations, mostly the same bytes objects from one turn to the next).
+# Scopes whose last prompt is kept for the next one to start from. Its tuple is the engine's own
+# (the memory index keeps the same one); its members cost 4 bytes a token (0.8 MiB at 200,000
+# tokens), the same bytes objects from one turn to the next: at most ~50 MiB for 64 such scopes.
 _SCOPES = 64
 _GIVEN_MASK, _LEFT_MASK = ord("g"), ord("-")  # a WRITE's block sent with its bytes, or without
 _ESCAPE = -(2**63)  # int64 token values are 8 bytes; this one introduces a longer encoding
