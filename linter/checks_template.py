@@ -57,13 +57,27 @@ def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, 
     after = [0] * (len(pieces) + 1)
     for i in range(len(pieces) - 1, -1, -1):
         after[i] = after[i + 1] + static_tokens[i]
+    if any(p.branch for p in pieces):
+        # Another branch of the same `{% if %}` is never rendered with a piece: not after it.
+        for i in range(len(pieces)):
+            after[i + 1] = sum(
+                static_tokens[j] for j in range(i + 1, len(pieces)) if _together(pieces[i], pieces[j])
+            )
     yield from _volatile(pieces, after, system)
     yield from _literals(text, pieces)
     yield from _serialisation(ctx, scan)
     for loop in scan.loops:
         yield from _loop(loop, scan.literal_mappings)
-    yield from _structure(ctx, pieces, after, system)
+    yield from _structure(ctx, pieces, after, system, static_tokens)
     yield from _size(ctx, pieces, static_tokens)
+
+
+def _together(a: Piece, b: Piece) -> bool:
+    """Whether two pieces can be rendered in one prompt: not in two branches of one `if`."""
+    if not a.branch or not b.branch:
+        return True
+    taken = dict(a.branch)
+    return all(taken.get(ident, k) == k for ident, k in b.branch)
 
 
 def _include_tokens(ctx: Context, name: str) -> int:
@@ -176,12 +190,23 @@ def _reads_tool_fields(loop: nodes.For) -> bool:
 
 
 def _structure(
-    ctx: Context, pieces: list[Piece], after: list[int], system: list[tuple[int, int]]
+    ctx: Context,
+    pieces: list[Piece],
+    after: list[int],
+    system: list[tuple[int, int]],
+    static_tokens: list[int],
 ) -> Iterator[Hit]:
     for i, piece in enumerate(pieces):
         if not piece.static and piece.per_request and piece.volatile is None and not piece.per_user:
             if after[i + 1] >= limits.LARGE_STATIC_BLOCK_TOKENS:
-                yield Hit("CW301", piece.start, piece.end, {"value": piece.label, "tokens": after[i + 1]})
+                # Moved before the value, the static text is cached only if it then reaches the
+                # model's minimum: below it the move buys nothing there (a note, not a warning).
+                before = sum(
+                    n for p, n in zip(pieces[:i], static_tokens, strict=False) if _together(p, piece)
+                )
+                short = before + after[i + 1] < ctx.info.cache.min_tokens
+                args = {"value": piece.label, "tokens": after[i + 1]}
+                yield Hit("CW301", piece.start, piece.end, args, severity="info" if short else None)
             break
     for i, piece in enumerate(pieces):
         if piece.per_user and any(a <= piece.start < b for a, b in system):
@@ -212,9 +237,10 @@ def _size(ctx: Context, pieces: list[Piece], static_tokens: list[int]) -> Iterat
     )
     if first is None:
         return
-    prefix, total = sum(static_tokens[:first]), sum(static_tokens)
-    minimum = ctx.info.cache.min_tokens
     piece = pieces[first]
+    prefix = sum(n for p, n in zip(pieces[:first], static_tokens, strict=False) if _together(p, piece))
+    total = sum(n for p, n in zip(pieces, static_tokens, strict=True) if _together(p, piece))
+    minimum = ctx.info.cache.min_tokens
     args = {
         "value": piece.label,
         "prefix": prefix,

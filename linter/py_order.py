@@ -37,7 +37,9 @@ def json_hits(module: PyModule, node: ast.Call) -> Iterator[Hit]:
     label = f"{dotted(node.func) or name}()"
     # Built by the same code each time, a dict keeps its order: a warning only when the data is
     # visibly from elsewhere or iterated from an unordered source, else a note.
-    level: Severity | None = None if _varying(module, node.args[0]) else "info"
+    # `json.dumps(json.loads(text), indent=2)` pretty-prints text: the keys keep the text's order.
+    varying = _varying(module, node.args[0]) and not _reformatted(module, node.args[0])
+    level: Severity | None = None if varying else "info"
     if isinstance(node.func, ast.Attribute) and dotted(node.func.value) == "orjson":
         option = keyword(node, "option")
         if option is None or "OPT_SORT_KEYS" not in module.segment(option.value):
@@ -54,6 +56,15 @@ def json_hits(module: PyModule, node: ast.Call) -> Iterator[Hit]:
         last = max(module.span(a)[1] for a in [*node.args, *(k.value for k in node.keywords)])
         edit = Edit(last, last, ", sort_keys=True")
     yield Hit("CW201", *module.span(node.func), {"value": label}, (edit,), severity=level)
+
+
+def _reformatted(module: PyModule, node: ast.expr) -> bool:
+    """The value is ``json.loads(...)`` itself (written in the call, or bound to the name just before)."""
+    value: ast.expr | None = node
+    if isinstance(node, ast.Name):
+        chain = module.resolve(node)
+        value = chain[0].value if chain and chain[0].op == "=" else None
+    return isinstance(value, ast.Call) and callee(value) == "loads"
 
 
 def _varying(module: PyModule, node: ast.expr, depth: int = 0) -> bool:

@@ -250,6 +250,39 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
         target = assign.targets[0] if len(assign.targets) == 1 else None
         if isinstance(target, ast.Attribute) and _prompt_name(target.attr):
             yield from once(Site(assign.value, system=_is_system(target.attr)))
+    for listed in module.of_type(ast.List):
+        turn = _single_shot_turn(listed)
+        if turn is not None:
+            yield from once(Site(turn))
+
+
+def _single_shot_turn(node: ast.List) -> ast.expr | None:
+    """The user turn of a whole request written as one list: system message(s), then one user
+    message (``[Message(role="system", ...), Message(role="user", content=f"...")]``). No history
+    comes before or after it, so its static text is re-sent on every call: it is prompt text."""
+    roles = [_message(element) for element in node.elts]
+    if len(roles) < 2 or any(r is None for r in roles):
+        return None
+    kinds = [r[0] for r in roles if r is not None]
+    if kinds[-1] != "user" or any(k not in ("system", "developer") for k in kinds[:-1]):
+        return None
+    last = roles[-1]
+    return last[1] if last is not None else None
+
+
+def _message(node: ast.expr) -> tuple[str, ast.expr] | None:
+    """(role, content) of a message written in place: ``{"role": ..., "content": ...}`` or a call
+    with ``role=`` and ``content=`` (``Message(...)``, ``ChatMessage(...)``)."""
+    if isinstance(node, ast.Dict):
+        role, content = _get(node, "role"), _get(node, "content")
+    elif isinstance(node, ast.Call):
+        role = next((k.value for k in node.keywords if k.arg == "role"), None)
+        content = next((k.value for k in node.keywords if k.arg in _MESSAGE_TEXT), None)
+    else:
+        return None
+    if isinstance(role, ast.Constant) and isinstance(role.value, str) and content is not None:
+        return role.value, content
+    return None
 
 
 def _chains(bindings: list[Binding]) -> Iterator[tuple[Binding, ...]]:

@@ -58,7 +58,7 @@ _LEAF_OF: dict[str, frozenset[str]] = {
     "MatchClass": frozenset({"kwd_attrs"}),
 }
 # The classes the checks look up by class (``of_type``): only these are listed, not every node.
-_INDEXED = frozenset({ast.Call, ast.Dict, ast.Assign, ast.FunctionDef, ast.AsyncFunctionDef})
+_INDEXED = frozenset({ast.Call, ast.Dict, ast.List, ast.Assign, ast.FunctionDef, ast.AsyncFunctionDef})
 
 
 def _child_fields(cls: type) -> tuple[str, ...]:
@@ -121,11 +121,14 @@ class PyModule:
         # heap over and over (half of the time of a parse and walk on large modules).
         collecting = gc.isenabled()
         gc.disable()
+        # Python skips a UTF-8 byte order mark, ast.parse of a str does not: a form feed in its place
+        # is whitespace to Python and keeps every offset.
+        text = "\x0c" + source.text[1:] if source.text.startswith("\ufeff") else source.text
         try:
-            module = cls(source, ast.parse(source.text, filename=source.path))
-            module._ascii = source.text.isascii()
+            module = cls(source, ast.parse(text, filename=source.path))
+            module._ascii = text.isascii()
             if not module._ascii:
-                module._lines = [line.encode("utf-8") for line in source.text.split("\n")]
+                module._lines = [line.encode("utf-8") for line in text.split("\n")]
             module._walk()
         finally:
             if collecting:

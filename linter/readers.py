@@ -282,35 +282,48 @@ def lint_yaml(ctx: Context) -> list[Hit]:
         model = root.get("model")
         if model is not None and isinstance(model.value, str):
             ctx.model = model.value
-    for key, node, system in _prompt_strings(root, None, False):
+    for key, node, system, turn in _prompt_strings(root, None, False, False):
         mapper = _scalar_mapper(ctx.source.text, node)
         where = f"{ctx.source.path} ({key})"
         for hit in _template_hits(ctx, node.value, False, system, where):
+            if turn and hit.code in _PREFIX_RULES:
+                continue  # a user turn (see _prompt_strings): as a turn template file
             start, end = mapper(hit.start), mapper(hit.end)
             hits.append(replace(hit, start=start, end=max(start, end), edits=()))
     return hits
 
 
-def _prompt_strings(node: Node, key: str | None, system: bool) -> Iterator[tuple[str, Node, bool]]:
+def _system_key(name: str) -> bool:
+    return name in _SYSTEM_KEYS or "system" in words(name)
+
+
+def _prompt_strings(
+    node: Node, key: str | None, system: bool, turn: bool
+) -> Iterator[tuple[str, Node, bool, bool]]:
+    """Prompt strings with whether they are instructions and whether they are a user turn: a
+    template beside a system template in one mapping (an agent config's `system_template` and
+    `instance_template`) is sent as a later message, as a template file beside `system.j2` is."""
     if node.kind == "string" and key is not None:
         text = node.value
         # `${{ github.run_id }}` is a GitHub Actions expression: only a prompt key makes it prompt text.
         actions = "${{" in text and "{{" not in text.replace("${{", "")
         if actions:
             if set(words(key)) & {"prompt", "instructions", "system"}:
-                yield key, node, system
+                yield key, node, system, turn
         elif key in _TEMPLATE_KEYS or "{{" in text or "{%" in text:
-            yield key, node, system
+            yield key, node, system, turn
+    role = node.get("role") if node.members else None
+    beside_system = any(_system_key(name) and child.kind == "string" for name, _, child in node.members)
     for name, _, child in node.members:
-        role = node.get("role")
         in_system = (
             system
             or name in _SYSTEM_KEYS
             or (name == "content" and role is not None and role.value in ("system", "developer"))
         )
-        yield from _prompt_strings(child, name, in_system)
+        later = turn or (beside_system and not in_system and not _system_key(name))
+        yield from _prompt_strings(child, name, in_system, later)
     for child in node.items:
-        yield from _prompt_strings(child, key, system)
+        yield from _prompt_strings(child, key, system, turn)
 
 
 def _scalar_mapper(text: str, node: Node) -> Callable[[int], int]:

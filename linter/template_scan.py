@@ -6,8 +6,9 @@ previous one (static text verbatim, identifiers by word boundary), so positions 
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import jinja2
@@ -47,6 +48,9 @@ class Piece:
     frequency: Frequency = "request"  # how often a volatile value changes
     include: str = ""  # `{% include "name" %}`: static text from another file ("?" when not a literal)
     borrowed: bool = False  # text of another Python module (a function it defines): no offsets here
+    # The `{% if %}` / `{% elif %}` / `{% else %}` branches it is in, as (if number, branch number):
+    # text in another branch of the same `if` is never rendered with it.
+    branch: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(slots=True)
@@ -127,6 +131,7 @@ class _Scanner:
         # is the tool's, not the request's input.
         self.static_aliases: set[str] = set()
         self._candidates: list[tuple[Volatile, str]] = []
+        self._ifs = 0
 
     def locate(self, word: str, lineno: int) -> tuple[int, int]:
         """Offsets of ``word`` at or after the cursor (falling back to the node's line)."""
@@ -145,9 +150,15 @@ class _Scanner:
         piece = Piece(static=False, start=-1, end=-1)
         self._candidates = []
         stack: list[nodes.Node] = [expr]
+        # The test of `{{ "three" if is_search else "two" }}` picks one of the branches: it is not
+        # printed, so its names make the piece neither per-request nor per-user (a clock still counts).
+        selectors: set[int] = set()
         while stack:
             node = stack.pop()
             stack.extend(reversed(list(node.iter_child_nodes())))
+            if isinstance(node, nodes.CondExpr):
+                selectors.update(id(n) for n in node.test.find_all(nodes.Node))
+                selectors.add(id(node.test))
             found: Volatile | None = None
             label = ""
             if isinstance(node, nodes.Call):
@@ -169,10 +180,13 @@ class _Scanner:
                     continue
                 label = name
                 found = self.aliases.get(name.split(".")[0]) or classify_name(name)
-                if is_per_user(name) and not piece.per_user:
+                printed = id(node) not in selectors
+                if printed and is_per_user(name) and not piece.per_user:
                     piece.per_user = name
                 head = name.split(".")[0]
-                if head in self.request_aliases or (is_per_request(name) and head not in self.static_aliases):
+                if printed and (
+                    head in self.request_aliases or (is_per_request(name) and head not in self.static_aliases)
+                ):
                     piece.per_request = True
                 if isinstance(node, nodes.Getattr):
                     stack = [n for n in stack if not _inside(n, node)]
@@ -243,10 +257,15 @@ class _Scanner:
             if test.volatile:
                 self.scan.pieces.append(test)
             self.skip_tag()
-            self.body(node.body, varies)
-            for branch in node.elif_:
-                self.statement(branch, varies)
-            self.body(node.else_, varies)
+            if not node.elif_ and not node.else_:
+                self.body(node.body, varies)
+                return
+            self._ifs += 1
+            ident = self._ifs
+            self._branch(ident, 0, lambda: self.body(node.body, varies))
+            for k, branch in enumerate(node.elif_, 1):
+                self._branch(ident, k, functools.partial(self.statement, branch, varies))
+            self._branch(ident, len(node.elif_) + 1, lambda: self.body(node.else_, varies))
         elif isinstance(node, nodes.Assign):
             value = self.classify(node.node)
             volatile = self._candidates[0][0] if self._candidates else None
@@ -278,6 +297,12 @@ class _Scanner:
                 inner = getattr(node, attr, None)
                 if isinstance(inner, list):
                     self.body(inner, conditional)
+
+    def _branch(self, ident: int, k: int, read: Callable[[], None]) -> None:
+        first = len(self.scan.pieces)
+        read()
+        for piece in self.scan.pieces[first:]:
+            piece.branch = ((ident, k), *piece.branch)
 
     def loop(self, node: nodes.For, conditional: bool) -> None:
         tag = _FOR_TAG.search(self.text, self.cursor)
@@ -358,6 +383,7 @@ def _format_fields(pieces: list[Piece]) -> list[Piece]:
             )
             if field.volatile is None:
                 continue
+            field.branch = piece.branch
             if m.start() > last:
                 out.append(_static_part(piece, last, m.start()))
             out.append(field)
@@ -367,7 +393,9 @@ def _format_fields(pieces: list[Piece]) -> list[Piece]:
 
 
 def _static_part(piece: Piece, a: int, b: int) -> Piece:
-    return Piece(True, piece.start + a, piece.start + b, text=piece.text[a:b], conditional=piece.conditional)
+    part = Piece(True, piece.start + a, piece.start + b, text=piece.text[a:b], conditional=piece.conditional)
+    part.branch = piece.branch
+    return part
 
 
 def scan_template(text: str, aliases: dict[str, Volatile] | None = None) -> Scan:
