@@ -4,9 +4,12 @@ Workload as bench/bench_index.py: a 4,000-token prompt sharing 3,600 tokens with
 of its conversation, behind 1,000 other conversations under the same 1,203-token system prompt.
 Measured per backend: lookup and insert latency (p50 / p99 over 300 calls) and the engine's
 analysis time per request (an OpenAI chat conversation of ~6,000 tokens, one turn per request,
-the backends taking turns conversation by conversation; each request is a lookup and an insert
-of the backend under test, plus the model-blind index's, which the proxy keeps in memory whatever
-``--index`` says (it only serves attribution against the replica's own history). Backends:
+each body read as the proxy reads it, the backends taking turns conversation by conversation;
+each request is a lookup and an insert of the backend under test, plus the model-blind index's,
+which the proxy keeps in memory whatever ``--index`` says: it only serves attribution against
+the replica's own history), as wall time and as the analysing thread's CPU time (the wall time
+holds Redis' own CPU too when Redis shares the cores: a loaded machine then runs the server's
+scripts while the client waits, or preempts the client on the send). Backends:
 ``MemoryIndex``, ``RedisIndex`` alone
 (writes waited for, or sent behind: then "insert" is the time to send it without waiting for
 its reply, and a lookup follows it on the same connection), and what ``open_index("redis://…")``
@@ -138,7 +141,7 @@ def layout_row(url: str) -> tuple[int, float]:
 ROUNDS = 7  # conversations per backend, taken in turns (see engine_rows)
 
 
-def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tuple[float, float]]:
+def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tuple[float, float, float]]:
     """``Engine.analyse`` per request: a 60-turn conversation, ``ROUNDS`` times per backend, each
     body read as the proxy reads it (``ConversationReader``: parsed from where it extends the
     tenant's previous body, so the counter resumes the previous stream; only ``analyse`` is timed).
@@ -166,19 +169,23 @@ def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tup
             prompt = reader.parse(reader.load(raw, tenant="warm"), "openai-chat", tenant="warm")
             tokens = engine.analyse(prompt, tenant="warm", now=0.0).tokenized.count
     samples: dict[str, list[float]] = {name: [] for name in backends}
+    cpu: dict[str, list[float]] = {name: [] for name in backends}
     names = list(backends)
     for r in range(ROUNDS):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             engine, reader = engines[name]
             for turn, raw in enumerate(bodies):
                 prompt = reader.parse(reader.load(raw, tenant=f"t{r}"), "openai-chat", tenant=f"t{r}")
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 engine.analyse(prompt, tenant=f"t{r}", now=1000.0 + 100 * r + turn)
                 samples[name].append(time.perf_counter() - t0)
+                cpu[name].append(time.thread_time() - c0)
     for engine, _ in engines.values():
         engine.index.clear()
         engine.wide_index.clear()
-    return {f"{name} ({tokens:,} tok)": _pct(samples[name]) for name in names}
+    return {
+        f"{name} ({tokens:,} tok)": (*_pct(samples[name]), statistics.median(cpu[name])) for name in names
+    }
 
 
 def main() -> int:
@@ -218,9 +225,12 @@ def main() -> int:
             f"\nengine.analyse per request (OpenAI chat, a turn a request, {ROUNDS} conversations each), ms"
         )
         erows = engine_rows(backends)
-        ebase = next(iter(erows.values()))[0]
-        for name, (p50, p99) in erows.items():
-            print(f"{name:<38} p50 {p50 * 1e3:>7.2f}   p99 {p99 * 1e3:>7.2f}   ×mem {p50 / ebase:>5.2f}")
+        ebase, _, cbase = next(iter(erows.values()))
+        for name, (p50, p99, c50) in erows.items():
+            print(
+                f"{name:<38} p50 {p50 * 1e3:>7.2f}   p99 {p99 * 1e3:>7.2f}   ×mem {p50 / ebase:>5.2f}"
+                f"   CPU p50 {c50 * 1e3:>6.2f}   ×mem {c50 / cbase:>5.2f}"
+            )
     return 0
 
 
