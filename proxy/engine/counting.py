@@ -30,6 +30,7 @@ from .rendering import (
     TOOLS_HEAD,
     TOOLS_TAIL,
     anthropic_output_schema,
+    compact_json,
     function_of,
     param_object,
     render_additional_tools,
@@ -127,6 +128,8 @@ class PromptCounter:
             # its header, the arguments as its content (the adapter's text is "name\narguments").
             name, _, arguments = seg.text.partition("\n")
             head = self._recipient(tok, framing, name)
+            if framing.compact_arguments:
+                return head + self._content(tok, "call-compact", seg, compact_json(arguments))
             return head + self._content(tok, "call", seg, arguments)
         if seg.kind == "tool" and framing.typescript_tools:
             # The memo first: a rendering is stored only for a segment that has one, under its digest.

@@ -56,6 +56,9 @@ class Framing:
     # Responses: consecutive function_call items (parallel calls) share one assistant message, so a
     # further call costs its recipient and arguments only.
     calls_share_message: bool = False
+    # Chat Completions: a tool call's arguments are parsed and rendered as compact JSON (no spaces
+    # after ":" and ","), whatever the client sent; Responses keeps the string as sent.
+    compact_arguments: bool = False
 
 
 # Framing constants. Where each comes from:
@@ -103,7 +106,14 @@ _CHAT = Framing(
     schema_once=1,
     schema_alone=4,
     tools_in_system=True,
+    compact_arguments=True,
 )
+# Chat Completions re-serialises a call's arguments (compact_arguments): of the one-call requests
+# outside the final halves whose arguments were sent with spaces ('{"value": "one"}'), 9 of 11 were
+# counted over by exactly the tokens the spaces add (gpt-4o, 4o-mini, 4.1-mini, 4.1-nano; crewAI,
+# Mirascope, simonw/llm, haystack, langchain clients; cases in tests/engine/test_counting_arguments.py),
+# while the same spaced arguments in Responses items are exact as sent (Mirascope
+# test_resume_with_override_thinking_and_tools/openai_gpt_4o_responses.yaml#1, #5).
 # Responses: the same rendering, but the recorded requests with tools report 2 tokens less than Chat
 # Completions with the same developer message, and 6 less without one: the section is 2 tokens
 # shorter and never opens a message of its own (training split: 18 + 10 first-turn requests); a
@@ -126,6 +136,7 @@ _RESPONSES = replace(
     schema_alone=None,
     call_without_id=-3,
     calls_share_message=True,
+    compact_arguments=False,
 )
 
 
@@ -134,8 +145,16 @@ _RESPONSES = replace(
 # name, and a forced function adds its name + 4. hmarr/openai-chat-tokens' API-measured gpt-3.5-turbo
 # cases match to the token (tests/engine/test_openai_tool_counting.py); the recorded tool_calls of
 # gpt-3.5-turbo-0125 follow the tools format instead, so this goes by the message format, not the model.
+# Its arguments are counted as sent (hmarr's '{"foo": "bar", "baz": 1.5}' case: not compact_arguments).
 def legacy_calls(framing: Framing) -> Framing:
-    return replace(framing, recipient_prefix="", result_prefix="", per_tool_call=3, per_tool_result=0)
+    return replace(
+        framing,
+        recipient_prefix="",
+        result_prefix="",
+        per_tool_call=3,
+        per_tool_result=0,
+        compact_arguments=False,
+    )
 
 
 _ANTHROPIC = Framing(
@@ -188,6 +207,7 @@ FRAMING: dict[tuple[str, str], Framing] = {
         # Completions adds to a tools section (tools_once above): gpt-5, gpt-5.6 held-out dev records
         # (tests/engine/test_counting_tool_rules.py); gpt-5.4 with instructions counted 4 more.
         additional_tools_extra=80,
+        compact_arguments=False,  # Responses keeps a call's arguments as sent (see _CHAT)
     ),
     ("openai-responses", "o3"): replace(_RESPONSES, reply=2),
     ("openai-responses", "o4"): replace(_RESPONSES, reply=2),

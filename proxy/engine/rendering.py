@@ -112,6 +112,16 @@ def render_function(fn: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def compact_json(text: str) -> str:
+    """A call's arguments as Chat Completions renders them (framing.compact_arguments): the JSON
+    re-serialised without spaces, keys in the order sent; text that is not JSON stays as it is."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def _first_property(fn: Mapping[str, Any]) -> Mapping[str, Any] | None:
     params = fn.get("parameters")
     props = params.get("properties") if isinstance(params, Mapping) else None
