@@ -5,8 +5,10 @@ with a canned chat completion, so what is measured is the hop and nothing else):
 
     direct                      client -> nginx
     <server>+<transport>        client -> bare Starlette pass-through (bench/_servers.py) -> nginx
-    cachewarden                 client -> `cachewarden proxy` (observe mode, analysis on threads) -> nginx
-    cachewarden-workers         the same with ``--analysis-processes`` (analysis in 2 worker processes)
+    cachewarden                 client -> `cachewarden proxy` (observe mode, its defaults: analysis in
+                                2 worker processes) -> nginx
+    cachewarden-threads         the same with ``--analysis-processes=false`` (analysis on 2 threads of
+                                the forwarding process, as in the other modes)
 
 Servers: uvicorn with h11 (cachewarden's until now), uvicorn with httptools + uvloop, granian.
 Transports: httpx's own, and aiohttp's through ``httpx-aiohttp`` (httpx stays the client API).
@@ -17,8 +19,11 @@ Sequential requests are interleaved path by path (rotating order), so drift hits
 own; CPU per request is the whole process group's CPU time (granian's workers included) over the
 requests of that run. Ratios against ``uvicorn-h11+httpx`` are the figures to compare.
 
+``--paths NAME,…`` keeps only those paths (besides direct), e.g. ``--paths
+uvicorn-h11+httpx,cachewarden`` for the default's sequential added p50 against the baseline.
+
 ``--sweep 1,8,32,64`` measures instead a concurrency sweep of four paths — direct, the baseline
-stack, cachewarden and cachewarden-workers — each level with the same number of requests per
+stack, cachewarden and cachewarden-threads — each level with the same number of requests per
 client: added p50 / p99 over the direct path at that level, the process group's CPU per request
 (analysis threads and worker processes included; measured once the process group is idle again,
 i.e. the run's analysis ended), the forwarding process's alone ("fwd"), and the p99
@@ -27,7 +32,8 @@ with the servers: at 32+ clients "added" can be negative), and the requests whos
 dropped (``analysis_dropped_total``: the analysis fell behind its bounded queue; the CPU per
 request is then that of the analysed share: ``--analysis-backlog 100000`` keeps every analysis).
 
-Run: ``python bench/bench_stack.py [--sequential N] [--concurrent N] [--no-cachewarden] [--sweep LEVELS]``
+Run: ``python bench/bench_stack.py [--sequential N] [--concurrent N] [--no-cachewarden] [--paths NAMES]
+[--sweep LEVELS]``
 (``--per-client N``: requests per client in the sweep; ``--analysis-backlog N``: cachewarden's)
 """
 
@@ -50,7 +56,7 @@ from bench_proxy import Sample, Workload, concurrent, new_client, one_request, p
 
 BASELINE = "uvicorn-h11+httpx"
 CONCURRENCY = 32
-PROXIES = ("cachewarden", "cachewarden-workers")
+PROXIES = ("cachewarden", "cachewarden-threads")
 WORKERS = 2
 
 
@@ -66,33 +72,33 @@ async def sequential(urls: dict[str, str], bodies: Sequence[bytes], warmup: int)
     return samples
 
 
-def start(upstream: Server, with_cachewarden: bool) -> dict[str, Server]:
+def start(upstream: Server, with_cachewarden: bool, paths: set[str] | None = None) -> dict[str, Server]:
+    """Every path's server (``paths``: only those), started and ready."""
     servers: dict[str, Server] = {}
     for server in SERVERS:
         for transport in TRANSPORTS:
             name = f"{server}+{transport}"
+            if paths is not None and name not in paths:
+                continue
             port = free_port()
             args = ["bench/_servers.py", "bare", "--port", str(port), "--upstream", upstream.url]
             servers[name] = python_server(name, [*args, "--server", server, "--transport", transport], port)
-    if with_cachewarden:
-        port = free_port()
-        argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
-        argv += ["--openai-upstream", upstream.url, "--anthropic-upstream", upstream.url]
-        servers["cachewarden"] = python_server("cachewarden", argv, port)
-        port = free_port()
-        servers["cachewarden-workers"] = python_server(
-            "cachewarden-workers", cachewarden_argv(port, upstream, True), port
-        )
+    for name in PROXIES if with_cachewarden else ():
+        if paths is None or name in paths:
+            port = free_port()
+            servers[name] = python_server(name, cachewarden_argv(port, upstream, name != "cachewarden"), port)
     for s in servers.values():
         s.wait_ready()
     return servers
 
 
-def cachewarden_argv(port: int, upstream: Server, workers: bool, backlog: int | None = None) -> list[str]:
+def cachewarden_argv(port: int, upstream: Server, threads: bool, backlog: int | None = None) -> list[str]:
+    """`cachewarden proxy` as shipped (analysis in worker processes), or with its analysis on threads."""
     argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
     argv += [] if backlog is None else ["--analysis-backlog", str(backlog)]
     argv += ["--openai-upstream", upstream.url, "--anthropic-upstream", upstream.url]
-    return argv + (["--analysis-processes", "--analysis-workers", str(WORKERS)] if workers else [])
+    argv += ["--analysis-workers", str(WORKERS)]
+    return argv + (["--analysis-processes=false"] if threads else [])
 
 
 def counted(owner: Server, name: str) -> float:
@@ -122,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--concurrent", type=int, default=640, help="requests per path with 32 clients")
     parser.add_argument("--no-cachewarden", action="store_true", help="the bare stacks only")
+    parser.add_argument("--paths", metavar="NAMES", help="only these paths besides direct (comma-separated)")
     parser.add_argument("--sweep", metavar="LEVELS", help="a concurrency sweep instead, e.g. 1,8,32,64")
     parser.add_argument("--per-client", type=int, default=20, help="requests per client in the sweep")
     parser.add_argument(
@@ -141,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         port = free_port()
         nginx = nginx_server(port, tmp)
         nginx.wait_ready()
-        servers = start(nginx, not args.no_cachewarden)
+        paths = {p.strip() for p in args.paths.split(",") if p.strip()} if args.paths else None
+        servers = start(nginx, not args.no_cachewarden, paths)
         try:
             urls = {"direct": nginx.url} | {name: s.url for name, s in servers.items()}
             seq = asyncio.run(sequential(urls, bodies, args.warmup))
@@ -262,7 +270,7 @@ def report(seq: dict[str, Sample], conc: dict[str, Sample], cpu_ms: dict[str, tu
                 cpu_ms[name],
             )
         )
-    base = next(r for r in rows if r[0] == BASELINE)
+    base = next((r for r in rows if r[0] == BASELINE), rows[0])
     print(
         f"direct to nginx: p50 {pct(direct_seq, 50):.2f} ms sequential, {pct(direct_conc, 50):.2f} ms at 32"
     )
