@@ -14,8 +14,9 @@ with a ``usage`` block becomes one record with the fields the benches read: ``so
 quality flags ``self_contained`` (false when the provider counts what the body does not show:
 images, files, audio, stored state, reasoning items, server tools; reasons in
 ``not_self_contained_reasons``), ``suspect`` (a hand-written response: placeholder ids, no input
-count) and ``duplicate_of`` (the same body with the same reported count as an earlier record: many
-instrumentation suites record one call in several variants, and it is counted once).
+count, cached tokens below OpenAI's 1,024-token minimum) and ``duplicate_of`` (the same body with
+the same reported count as an earlier record: many instrumentation suites record one call in
+several variants, and it is counted once).
 """
 
 from __future__ import annotations
@@ -294,7 +295,12 @@ def _record(sequence_id: str, index: int, interaction: Mapping[str, Any]) -> dic
         "cache_read_tokens": cached,
         "self_contained": not reasons,
         "not_self_contained_reasons": reasons,
-        "suspect": total <= 0 or not rid or bool(PLACEHOLDER_ID.match(str(rid))),
+        # OpenAI: "For requests under 1024 tokens, cached_tokens is zero" (prompt-caching guide): a
+        # read below that was written by hand (openinference's llama_index token-count fixture).
+        "suspect": total <= 0
+        or not rid
+        or bool(PLACEHOLDER_ID.match(str(rid)))
+        or (cached > 0 and total < 1024),
     }
 
 
