@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import struct
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import repeat
@@ -39,10 +40,12 @@ class _Query:
         self.toks = toks
         self.bs = bs
         self.full = len(toks) // bs
-        self._chain: list[int] = []
+        # Arrays of 64-bit hashes, not lists: ``adopt`` copies a conversation's whole chain and keys
+        # on every request, and an array slice is a memcpy where a list's touches every int object.
+        self._chain: array[int] = array("q")
         self._complete = False
         self._adopted = False
-        self._keys: dict[int, list[int]] = {}
+        self._keys: dict[int, array[int]] = {}
         self.paths: dict[tuple[int, str], list[_Node]] = {}
         # (earlier tuple, tokens) when this tuple was built from an earlier one (``derived``).
         self.origin: tuple[tuple[int, ...], int] | None = None
@@ -51,10 +54,10 @@ class _Query:
         """The tokens of block ``i`` (the last one may be partial)."""
         return tuple(self.toks[i * self.bs : (i + 1) * self.bs])
 
-    def chain(self) -> list[int]:
+    def chain(self) -> array[int]:
         if not self._complete:
             toks, bs, full = self.toks, self.bs, self.full
-            chain = self._chain  # this query's own list (``adopt`` copies): grown in place
+            chain = self._chain  # this query's own array (``adopt`` copies): grown in place
             append = chain.append
             c = chain[-1] if chain else 0
             # Block tuples are not kept: many small objects for the garbage collector.
@@ -66,11 +69,13 @@ class _Query:
             self._complete = True
         return self._chain
 
-    def keys(self, root_key: int) -> list[int]:
+    def keys(self, root_key: int) -> array[int]:
         chain = self.chain()
-        keys = self._keys.setdefault(root_key, [])
+        keys = self._keys.get(root_key)
+        if keys is None:
+            keys = self._keys[root_key] = array("q")
         if len(keys) < len(chain):
-            # In place: the list is this query's own (``adopt`` copies), a copy would cost the history.
+            # In place: the array is this query's own (``adopt`` copies), a copy would cost the history.
             keys.extend(map(hash, zip(repeat(root_key), chain[len(keys) :], strict=False)))
         return keys
 

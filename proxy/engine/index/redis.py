@@ -348,8 +348,12 @@ class RedisIndex:
         key = tuple(toks)
         # Lengths first: tuples compare item by item before they compare lengths, and the next
         # prompt of a conversation starts with the whole previous one.
-        same = last is not None and last.scope == scope and len(last.toks) == len(key)
-        if last is not None and same and (last.toks is key or last.toks == key):
+        if (
+            last is not None
+            and last.scope == scope
+            and len(last.toks) == len(key)
+            and (last.toks is key or last.toks == key)
+        ):
             return last
         n, bs = len(key), self._bs
         full = n // bs
