@@ -251,7 +251,7 @@ class MemoryIndex(_Held):
             earlier = self._last.get(scope)
             if earlier is not None:
                 q.adopt(earlier)
-        path = q.paths.get(pkey) or []
+        path = q.take_path(pkey)
         if path and path[-1].parent is None:
             lo, hi = 0, len(path)
             while lo < hi:

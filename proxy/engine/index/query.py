@@ -34,7 +34,7 @@ class _Query:
     conversation), so that a request costs its new blocks, not its whole length.
     """
 
-    __slots__ = ("_adopted", "_chain", "_complete", "_keys", "bs", "full", "origin", "paths", "toks")
+    __slots__ = ("_adopted", "_base", "_chain", "_complete", "_keys", "bs", "full", "origin", "paths", "toks")
 
     def __init__(self, toks: Sequence[int], bs: int) -> None:
         self.toks = toks
@@ -47,6 +47,8 @@ class _Query:
         self._adopted = False
         self._keys: dict[int, array[int]] = {}
         self.paths: dict[tuple[int, str], list[_Node]] = {}
+        # (the query adopted, the full blocks both start with): its paths are taken when needed.
+        self._base: tuple[_Query, int] | None = None
         # (earlier tuple, tokens) when this tuple was built from an earlier one (``derived``).
         self.origin: tuple[tuple[int, ...], int] | None = None
 
@@ -96,9 +98,25 @@ class _Query:
         for root_key, keys in earlier._keys.items():
             if len(self._keys.get(root_key, ())) < shared <= len(keys):
                 self._keys[root_key] = keys[:shared]
-        for pkey, path in earlier.paths.items():
-            if len(self.paths.get(pkey, ())) < min(shared, len(path)):
-                self.paths[pkey] = path[:shared]
+        self._base = (earlier, shared)
+        # The earlier one has been walked by now: its own base would only keep a chain of every
+        # query of the conversation alive.
+        earlier._base = None
+
+    def take_path(self, pkey: tuple[int, str]) -> list[_Node]:
+        """This query's held path in index ``pkey`` so far: its own, or the one of the query it
+        adopted, cut to the blocks both share. That one is taken, not copied (a conversation's
+        whole path on every request): the earlier prompt walks again if it is ever looked up
+        again. The caller holds the lock of the index ``pkey`` names, the only one that touches
+        that path."""
+        path = self.paths.get(pkey)
+        if path is None and self._base is not None:
+            earlier, shared = self._base
+            path = earlier.paths.pop(pkey, None)
+            if path is not None:
+                del path[shared:]  # frees what follows only
+                self.paths[pkey] = path
+        return path or []
 
 
 def _common_blocks(a: Sequence[int], b: Sequence[int], bs: int, limit: int, known: int = 0) -> int:
