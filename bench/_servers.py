@@ -5,7 +5,8 @@ bare pass-through proxy the cachewarden proxy is compared with.
 httpx.AsyncClient, the body read then sent with ``client.send(req, stream=True)`` and relayed raw. No
 analysis, no metrics: the least a Python ASGI proxy can do, run by uvicorn with the same settings as
 ``cachewarden proxy`` (no access log, no Server/Date headers). ``--server`` picks the serving stack
-(uvicorn with h11, uvicorn with httptools + uvloop, granian) and ``--transport`` httpx's transport
+(uvicorn with h11 on uvicorn's default loop, uvloop where installed, as `cachewarden proxy` runs;
+uvicorn with httptools + uvloop; granian) and ``--transport`` httpx's transport
 (its own, or aiohttp's through ``httpx-aiohttp``), for bench/bench_stack.py.
 
 ``nginx_server`` runs Debian's nginx answering every POST with one canned body: the near-free
@@ -226,7 +227,8 @@ def _main(argv: Sequence[str]) -> int:
         host=HOST,
         port=args.port,
         http="h11" if args.server == "uvicorn-h11" else "httptools",
-        loop="asyncio" if args.server == "uvicorn-h11" else "uvloop",
+        # h11 with uvicorn's default loop, as `cachewarden proxy` runs (uvloop where installed).
+        loop="auto" if args.server == "uvicorn-h11" else "uvloop",
         lifespan="on",
         log_level="warning",
         server_header=False,

@@ -10,7 +10,8 @@ with a canned chat completion, so what is measured is the hop and nothing else):
     cachewarden-threads         the same with ``--analysis-processes=false`` (analysis on 2 threads of
                                 the forwarding process, as in the other modes)
 
-Servers: uvicorn with h11 (cachewarden's until now), uvicorn with httptools + uvloop, granian.
+Servers: uvicorn with h11 (cachewarden's; both on uvicorn's default loop, uvloop where installed),
+uvicorn with httptools + uvloop, granian.
 Transports: httpx's own, and aiohttp's through ``httpx-aiohttp`` (httpx stays the client API).
 Workload: the agent bodies of bench_proxy.py (~40 KB OpenAI Chat requests, each a turn longer).
 
