@@ -133,12 +133,14 @@ class PromptCounter:
             return head + self._content(tok, "call", seg, arguments)
         if seg.kind == "tool" and framing.typescript_tools:
             # The memo first: a rendering is stored only for a segment that has one, under its digest.
-            hit = self.memo.get((tok.name, "ts", seg.digest))
+            # One memo entry per dialect: the same tool renders differently for gpt-4o and gpt-5.
+            mode = "ts" if framing.tool_dialect == "chatml" else f"ts-{framing.tool_dialect}"
+            hit = self.memo.get((tok.name, mode, seg.digest))
             if hit is not None:
                 return hit
             fn = function_of(seg.text)
             if fn is not None:
-                return self._content(tok, "ts", seg, render_function(fn) + "\n\n")
+                return self._content(tok, mode, seg, render_function(fn, framing.tool_dialect) + "\n\n")
         if seg.kind == "other" and framing.typescript_tools and seg.message_index is not None:
             # A Responses additional_tools item: its tools section, then what the provider adds to it.
             section = self.memo.get((tok.name, "at", seg.digest))

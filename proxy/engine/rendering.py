@@ -82,8 +82,11 @@ def _ts_props(schema: Mapping[str, Any], indent: int) -> str:
     return "".join(out)
 
 
-def render_function(fn: Mapping[str, Any]) -> str:
-    """One function definition as OpenAI renders it into the system prompt (no trailing blank line)."""
+def render_function(fn: Mapping[str, Any], dialect: str = "chatml") -> str:
+    """One function definition as OpenAI renders it into the system prompt (no trailing blank line).
+
+    ``dialect`` is the framing's tool_dialect: "harmony" (gpt-5) leaves out the parameters' title.
+    """
     head = (
         _comment(fn["description"], "")
         if isinstance(fn.get("description"), str) and fn["description"]
@@ -97,11 +100,12 @@ def render_function(fn: Mapping[str, Any]) -> str:
         # title is one more comment line there, before the description, as a parameter's title is
         # above the parameter: openai-agents sends "title": "<name>_args" and every such request was
         # short by exactly the tokens of "// <title>\n" (cassettes, dev half: gpt-4o, 4o-mini, 4.1;
-        # cases by record id in tests/engine/test_counting_schema_titles.py).
+        # cases by record id in tests/engine/test_counting_schema_titles.py). No gpt-5 record has
+        # such a title; harmony's renderer (the public reference) writes an object's description
+        # only, so the harmony dialect does too.
+        keys = ("description",) if dialect == "harmony" else ("title", "description")
         lead = "".join(
-            _comment(params[key], "")
-            for key in ("title", "description")
-            if isinstance(params.get(key), str) and params[key]
+            _comment(params[key], "") for key in keys if isinstance(params.get(key), str) and params[key]
         )
         body = f"type {name} = (_: {lead}{{\n{_ts_props(params, 0)}}}) => any;"
     else:
@@ -267,5 +271,8 @@ def render_additional_tools(text: str) -> str | None:
         return None
     tools = item.get("tools")
     functions = [t for t in tools if isinstance(t, Mapping)] if isinstance(tools, list) else []
-    body = "".join(render_function(fn) + "\n\n" for fn in functions if isinstance(fn.get("name"), str))
+    # Measured on gpt-5 (harmony) records only.
+    body = "".join(
+        render_function(fn, "harmony") + "\n\n" for fn in functions if isinstance(fn.get("name"), str)
+    )
     return TOOLS_HEAD + body + TOOLS_TAIL

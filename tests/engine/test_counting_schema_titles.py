@@ -53,3 +53,13 @@ def test_title_is_a_comment_before_the_brace_then_the_description() -> None:
 def test_no_title_no_comment() -> None:
     fn = {"name": "lookup", "parameters": {"type": "object", "properties": {"term": {"type": "string"}}}}
     assert render_function(fn) == "type lookup = (_: {\nterm?: string,\n}) => any;"
+
+
+def test_harmony_leaves_the_title_out() -> None:
+    # openai/harmony's renderer writes an object's description, never its title; no gpt-5 record
+    # has a parameters title to say otherwise.
+    fn = {
+        "name": "lookup",
+        "parameters": {"title": "lookup_args", "type": "object", "properties": {"term": {"type": "string"}}},
+    }
+    assert render_function(fn, "harmony") == "type lookup = (_: {\nterm?: string,\n}) => any;"
