@@ -26,7 +26,15 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from cachewarden.proxy.engine.index.base import Lookup, Marks, Match, PrefixIndex, lookup_many, marks_many
+from cachewarden.proxy.engine.index.base import (
+    Insert,
+    Lookup,
+    Marks,
+    Match,
+    PrefixIndex,
+    lookup_many,
+    marks_many,
+)
 from cachewarden.proxy.engine.index.memory import MemoryIndex
 
 from .cache_model import Prediction, breakpoint_positions, predict
@@ -190,9 +198,20 @@ class Engine:
         stream = tokens if salted is tp.tokens else _frozen(salted)
 
         wide = self.wide_scope(tenant, prompt)
+        entry_id = f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
+        # Only breakpoint predictions read marks, and they read them before this request is
+        # inserted: there the inserts follow the prediction. Elsewhere each index inserts the
+        # prompt as soon as its lookup is answered, and a shared index with a local mirror makes
+        # the local inserts while Redis still works on the lookups.
+        inserts_first = rules.mode != "breakpoints"
+        scoped_insert = Insert(now, entry_id, rules.ttl_seconds) if inserts_first else None
+        wide_insert = Insert(now, entry_id, rules.max_ttl_seconds) if inserts_first else None
         # Both lookups at once: two shared indexes on one Redis answer in one round trip.
         match, wide_match = lookup_many(
-            [Lookup(self.index, scope, stream, rules.ttl_seconds), Lookup(self.wide_index, wide, tokens, 0)],
+            [
+                Lookup(self.index, scope, stream, rules.ttl_seconds, scoped_insert),
+                Lookup(self.wide_index, wide, tokens, 0, wide_insert),
+            ],
             now=now,
         )
         marks = _MarkBook(self.index, scope, stream, now, rules.ttl_seconds, rules.max_ttl_seconds)
@@ -206,10 +225,9 @@ class Engine:
                 filter(None, (self.history(e, tenant) for e in self._lineage.candidates(wide, heads))), None
             )
 
-        entry_id = f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
-        self.index.insert(scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
-        self.wide_index.insert(wide, tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
-        if rules.mode == "breakpoints":
+        if not inserts_first:
+            self.index.insert(scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
+            self.wide_index.insert(wide, tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
             # Only breakpoint predictions read marks (cache_model.predict): in the prefix modes a
             # mark of the read position would be a write (a Redis call) nothing ever reads.
             marks.record(prediction)

@@ -527,3 +527,24 @@ def test_a_prompt_built_from_the_previous_one_is_prepared_as_from_scratch(
         got = warm._prepare("scope", toks)
         want = RedisIndex(redis.Redis(port=1), block_size=block_size, secret=b"s")._prepare("scope", toks)
         assert (got.chain, got.members, got.nodes) == (want.chain, want.members, want.nodes)
+
+
+def test_an_insert_asked_with_its_lookup_follows_it(redis_url: str, redis_server: Any) -> None:
+    # Lookup.then_insert on the shared index: the joint lookups are answered first (they never
+    # see the inserts), then each insert is sent (behind them on the channel).
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
+    for behind in (False, True):
+        with redis_server.client() as c:
+            c.flushall()
+        a = _index(redis_server, block_size=4, secret=b"a", write_behind=behind)
+        b = _index(redis_server, block_size=4, secret=b"b", write_behind=behind)
+        toks = list(range(1, 40))
+        first = a.insert("x", toks[:21], now=0)
+        then = Insert(now=1, entry_id="this-request", ttl=None)
+        got = lookup_many([Lookup(a, "x", toks, 0, then), Lookup(b, "y", toks, 0, then)], now=1)
+        assert [_t(m) for m in got] == [(21, 21, first, 21, 1.0), NO_MATCH]
+        a.flush()
+        b.flush()
+        assert _t(a.lookup("x", toks, now=2, ttl=0)) == (39, 39, "this-request", 39, 1.0)
+        assert _t(b.lookup("y", toks, now=2, ttl=0)) == (39, 39, "this-request", 39, 1.0)

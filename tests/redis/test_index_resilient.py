@@ -256,3 +256,45 @@ def test_local_lookups_run_while_the_shared_ones_are_on_their_way() -> None:
     primary.fail_after_send = True
     got = lookup_many([Lookup(index, "s", TOKS, 0)], now=2)
     assert log == ["sent", "local"] and got[0].entry_id == "mine" and index.outages_total == 1
+
+
+class LoggedInserts(LoggedMemory):
+    def insert(self, scope: str, tokens: Sequence[int], **kw: Any) -> str:
+        self.log.append("local insert")
+        return super().insert(scope, tokens, **kw)
+
+
+def test_inserts_asked_with_the_lookups_are_made_locally_while_the_shared_ones_are_on_their_way() -> None:
+    # Lookup.then_insert: the local insert follows the local lookup inside the wait for the shared
+    # store; the shared insert follows its answer; neither lookup sees the insert of its request.
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
+    log: list[str] = []
+    primary = Overlapping(log)
+    index = ResilientIndex(primary, LoggedInserts(log), clock=Clock())
+    wide = LoggedInserts(log)
+    index.fallback.insert("s", TOKS[:6], now=1, entry_id="mine")
+    log.clear()
+    then = Insert(now=2, entry_id="this-request", ttl=None)
+    got = lookup_many([Lookup(index, "s", TOKS, 0, then), Lookup(wide, "w", TOKS, 0, then)], now=2)
+    assert log == ["sent", "local", "local", "local insert", "local insert", "read"]
+    assert [(m.held_prefix_tokens, m.entry_id) for m in got] == [(6, "mine"), (0, None)]
+    for store in (primary.store, index.fallback):
+        assert store.lookup("s", TOKS, now=3, ttl=0).entry_id == "this-request"
+    assert wide.lookup("w", TOKS, now=3, ttl=0).entry_id == "this-request"
+    # The shared store away: the local insert is still made, the shared one is not tried.
+    primary.fail_after_send = True
+    got = lookup_many([Lookup(index, "t", TOKS, 0, then)], now=4)
+    assert index.fallback.lookup("t", TOKS, now=5, ttl=0).entry_id == "this-request"
+    assert primary.store.lookup("t", TOKS, now=5, ttl=0).held_prefix_tokens == 0
+    assert index.outages_total == 1
+
+
+def test_an_index_without_joint_lookups_inserts_after_its_lookup() -> None:
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
+    index = MemoryIndex(block_size=4)
+    index.insert("s", TOKS[:6], now=0, entry_id="before")
+    (got,) = lookup_many([Lookup(index, "s", TOKS, 0, Insert(now=1, entry_id="now", ttl=None))], now=1)
+    assert (got.held_prefix_tokens, got.entry_id) == (6, "before")
+    assert index.lookup("s", TOKS, now=2, ttl=0).entry_id == "now"

@@ -16,11 +16,13 @@ from typing import Protocol, runtime_checkable
 __all__ = [
     "NO_MATCH",
     "IndexStats",
+    "Insert",
     "JointLookups",
     "Lookup",
     "Marks",
     "Match",
     "PrefixIndex",
+    "insert_after",
     "lookup_many",
     "marks_many",
 ]
@@ -82,13 +84,26 @@ class PrefixIndex(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Insert:
+    """What ``Lookup.then_insert`` inserts: ``insert(scope, tokens, now=, entry_id=, ttl=)``."""
+
+    now: float
+    entry_id: str
+    ttl: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Lookup:
-    """One of the lookups ``lookup_many`` answers together: which index, and what it is asked."""
+    """One of the lookups ``lookup_many`` answers together: which index, and what it is asked.
+    ``then_insert``: once the lookup is answered (it never sees this insert), insert the same
+    tokens in the same scope. A shared index with a local mirror then makes its local inserts
+    while the shared one still works on the lookups, instead of after its answer."""
 
     index: PrefixIndex
     scope: str
     tokens: Sequence[int]
     ttl: float
+    then_insert: Insert | None = None
 
 
 @runtime_checkable
@@ -101,14 +116,24 @@ class JointLookups(Protocol):
 
 
 def lookup_many(queries: Sequence[Lookup], *, now: float) -> list[Match]:
-    """The answers to ``queries``, in order; the same as one ``lookup`` each. The engine asks its
-    scoped and its model-blind index at once: two shared indexes then cost one round trip, not two
-    (a round trip is most of a shared lookup's time)."""
+    """The answers to ``queries``, in order; the same as one ``lookup`` each, then the inserts they
+    ask for (``then_insert``), in order. The engine asks its scoped and its model-blind index at
+    once: two shared indexes then cost one round trip, not two (a round trip is most of a shared
+    lookup's time)."""
     if queries:
         joint = getattr(queries[0].index, "lookup_many", None)
         if joint is not None:  # a JointLookups (an isinstance of the protocol costs ~20 µs)
             return joint(queries, now=now)  # type: ignore[no-any-return]
-    return [q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl) for q in queries]
+    found = [q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl) for q in queries]
+    insert_after(queries)
+    return found
+
+
+def insert_after(queries: Iterable[Lookup]) -> None:
+    """The ``then_insert`` of each query, in order (its lookup answered)."""
+    for q in queries:
+        if (ins := q.then_insert) is not None:
+            q.index.insert(q.scope, q.tokens, now=ins.now, entry_id=ins.entry_id, ttl=ins.ttl)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import redis
 
-from .base import NO_MATCH, IndexStats, Lookup, Marks, Match
+from .base import NO_MATCH, IndexStats, Lookup, Marks, Match, insert_after
 from .query import _common_blocks, _derived
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
 from .redis_writes import Channel, WriteBehind
@@ -488,10 +488,12 @@ class RedisIndex:
                 walks.append((index, index._walk(q.scope, q.tokens, now, q.ttl)))
         for i, match in zip(joined, self._run(walks, meanwhile), strict=True):
             out[i] = match
-        return [
+        found = [
             m if m is not None else q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
             for m, q in zip(out, queries, strict=True)
         ]
+        insert_after(queries)
+        return found
 
     def _run(
         self, walks: list[tuple[RedisIndex, _Walk]], meanwhile: Callable[[], object] | None = None

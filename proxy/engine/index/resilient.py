@@ -16,13 +16,24 @@ Analysis never fails a request, so every exception of the primary is an outage, 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from .base import NO_MATCH, IndexStats, Lookup, Marks, Match, PrefixIndex, lookup_many, marks_many
+from .base import (
+    NO_MATCH,
+    IndexStats,
+    Lookup,
+    Marks,
+    Match,
+    PrefixIndex,
+    insert_after,
+    lookup_many,
+    marks_many,
+)
 
 __all__ = ["ResilientIndex"]
 
@@ -138,24 +149,29 @@ class ResilientIndex:
         asked: list[tuple[int, ResilientIndex]] = []
         shared: list[Lookup] = []
         local: list[Lookup] = []  # one per query, in order: what answers it here
+        writes: list[tuple[ResilientIndex, Lookup]] = []  # shared inserts, once the lookups are answered
         for i, q in enumerate(queries):
             index = q.index
             if not isinstance(index, ResilientIndex):
                 local.append(q)
                 continue
             toks = q.tokens if isinstance(q.tokens, list | tuple) else list(q.tokens)
-            local.append(Lookup(index.fallback, q.scope, toks, q.ttl))
+            local.append(Lookup(index.fallback, q.scope, toks, q.ttl, q.then_insert))
+            if q.then_insert is not None:
+                writes.append((index, Lookup(index.primary, q.scope, toks, q.ttl, q.then_insert)))
             if index._due():
                 asked.append((i, index))
                 shared.append(Lookup(index.primary, q.scope, toks, q.ttl))
         pending = True
 
         def answer_locally() -> None:
+            # The local lookups, then the local inserts: both while the shared index works.
             nonlocal pending
             if pending:
                 pending = False
                 for i, q in enumerate(local):
                     out[i] = q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
+                insert_after(local)
 
         if shared:
             try:
@@ -170,6 +186,8 @@ class ResilientIndex:
                     mine = out[i]
                     out[i] = match if mine is None else _better(match, mine)
         answer_locally()
+        for index, w in writes:
+            index._call("insert", functools.partial(insert_after, [w]))
         return [m if m is not None else NO_MATCH for m in out]
 
     def insert(
