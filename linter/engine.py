@@ -10,7 +10,7 @@ from typing import Any
 from . import suppressions
 from .context import Context, Settings
 from .findings import Finding, Fix, Hit
-from .readers import FileError, lint_json, lint_python, lint_template, lint_yaml
+from .readers import FileError, lint_json, lint_python, lint_template, lint_toml, lint_yaml
 from .rulebook import Rule, load_rules
 from .selection import Selection
 from .sources import Source, kind_of, sniff
@@ -41,6 +41,8 @@ def hits_for(source: Source, settings: Settings) -> tuple[list[Hit], object]:
         return lint_json(ctx)
     if source.kind == "python":
         return list(lint_python(ctx)), None
+    if source.kind == "toml":
+        return lint_toml(ctx), None
     return lint_yaml(ctx), None
 
 

@@ -155,7 +155,7 @@ def _literal_model(node: ast.Call) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _prompt_name(name: str) -> bool:
+def prompt_name(name: str) -> bool:
     """``SYSTEM_PROMPT``, ``instructions``, ``system``; not ``system_prompt_role`` or ``prompt_tokens``."""
     ws = words(name)
     if not ws or ws[-1] in _NOT_TEXT or (ws[0] == "prompt" and len(ws) > 1 and ws[1] in _PROMPT_VERB):
@@ -237,18 +237,17 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
     ]
     for node in functions:
         decorated = any(_attrs(d)[-1:] in (["system_prompt"], ["instructions"]) for d in node.decorator_list)
-        if decorated or _prompt_name(node.name):
+        if decorated or prompt_name(node.name):
             system = decorated or _is_system(node.name)
-            for ret in ast.walk(node):
-                if isinstance(ret, ast.Return) and ret.value is not None:
-                    yield from once(Site(ret.value, system=system))
+            for ret in _returns(node):
+                yield from once(Site(ret.value, system=system))
     for (_, name), bindings in module.bindings.items():
-        if _prompt_name(name):
+        if prompt_name(name):
             for chain in _chains(bindings):
                 yield from once(Site(None, chain, system=_is_system(name)))
     for assign in module.of_type(ast.Assign):
         target = assign.targets[0] if len(assign.targets) == 1 else None
-        if isinstance(target, ast.Attribute) and _prompt_name(target.attr):
+        if isinstance(target, ast.Attribute) and prompt_name(target.attr):
             yield from once(Site(assign.value, system=_is_system(target.attr)))
     for listed in module.of_type(ast.List):
         turn = _single_shot_turn(listed)
@@ -260,8 +259,11 @@ def _single_shot_turn(node: ast.List) -> ast.expr | None:
     """The user turn of a whole request written as one list: system message(s), then one user
     message (``[Message(role="system", ...), Message(role="user", content=f"...")]``). No history
     comes before or after it, so its static text is re-sent on every call: it is prompt text."""
-    roles = [_message(element) for element in node.elts]
-    if len(roles) < 2 or any(r is None for r in roles):
+    elts = node.elts
+    if len(elts) < 2 or _message(elts[-1]) is None or _message(elts[0]) is None:
+        return None  # most lists are data: two looks decide
+    roles = [_message(element) for element in elts]
+    if any(r is None for r in roles):
         return None
     kinds = [r[0] for r in roles if r is not None]
     if kinds[-1] != "user" or any(k not in ("system", "developer") for k in kinds[:-1]):
@@ -283,6 +285,25 @@ def _message(node: ast.expr) -> tuple[str, ast.expr] | None:
     if isinstance(role, ast.Constant) and isinstance(role.value, str) and content is not None:
         return role.value, content
     return None
+
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _returns(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.Return]:
+    """The ``return value`` statements of a function (and of functions nested in it), in source
+    order: only statement blocks are walked (a return is never inside an expression)."""
+    stack: list[ast.AST] = list(reversed(function.body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            if node.value is not None:
+                yield node
+            continue
+        for name in _BLOCKS:
+            block = getattr(node, name, None)
+            if block:
+                stack.extend(reversed(block))
 
 
 def _chains(bindings: list[Binding]) -> Iterator[tuple[Binding, ...]]:
@@ -347,7 +368,7 @@ def _call_sites(module: PyModule, node: ast.Call, provider: str | None) -> Itera
             if k.arg in _MESSAGE_TEXT:
                 yield Site(k.value, system=True)
     for k in node.keywords:
-        if k.arg and _prompt_name(k.arg) and provider is None:
+        if k.arg and prompt_name(k.arg) and provider is None:
             yield Site(k.value, system=_is_system(k.arg))
 
 

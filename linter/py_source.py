@@ -15,6 +15,7 @@ arguments, a list's appended elements) share its scope rules, and splitting them
 from __future__ import annotations
 
 import ast
+import bisect
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +44,10 @@ _BINDERS = (
 
 
 _SCOPE_TYPES = frozenset(_SCOPES)
+# What ancestors() reports: the nodes whose extent the checks ask about (scopes, loops, lambdas).
+_CONTAINER_TYPES = frozenset(
+    {ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.For, ast.AsyncFor}
+)
 _BINDER_TYPES = frozenset(_BINDERS)
 # Fields that never hold a child node worth walking: names and flags (str / int), expression
 # contexts, and operators (shared singletons that no check reads through the tree).
@@ -110,6 +115,10 @@ class PyModule:
     # `import a.b as c` gives c -> ("a.b", 0, None), `import a.b` gives a -> ("a", 0, None).
     imports: dict[str, tuple[str, int, str | None]] = field(default_factory=dict)
     by_type: dict[type, list[ast.AST]] = field(default_factory=dict)  # the same nodes by class
+    # Functions, classes, lambdas and loops, in walk order; sorted by start on first use.
+    containers: list[ast.AST] = field(default_factory=list)
+    _container_starts: list[tuple[int, int]] | None = None
+    _container_nodes: list[ast.AST] = field(default_factory=list)
     _lines: list[bytes] = field(default_factory=list)  # UTF-8 lines, only for a non-ASCII file
     _ascii: bool = True  # byte columns are character columns
 
@@ -174,16 +183,62 @@ class PyModule:
     # --- scopes and names ------------------------------------------------------------------------
 
     def scope_of(self, node: ast.AST) -> ScopeNode:
-        current = self.parents.get(node)
-        while current is not None and not isinstance(current, _SCOPES):
-            current = self.parents.get(current)
-        return current if isinstance(current, _SCOPES) else self.tree
+        """The innermost function or class that holds ``node`` (not ``node`` itself), else the module."""
+        for outer in self.ancestors(node):
+            if isinstance(outer, _SCOPES):
+                return outer
+        return self.tree
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
-        current = self.parents.get(node)
-        while current is not None:
-            yield current
-            current = self.parents.get(current)
+        """The functions, classes, lambdas and loops that hold ``node``, innermost first, then the
+        module: the only ancestors the checks ask for. Found by source position (a decorator is
+        outside its function), so no parent table is built for them."""
+        line = getattr(node, "lineno", None)
+        if line is None:  # a node without a position (arguments, withitem): by its parents
+            parents = self._parent_table()
+            current = parents.get(node)
+            while current is not None:
+                if current.__class__ in _CONTAINER_TYPES or current is self.tree:
+                    yield current
+                current = parents.get(current)
+            return
+        at = (line, getattr(node, "col_offset", 0))
+        if self._container_starts is None:
+            ordered = sorted(self.containers, key=_start)
+            self._container_nodes = ordered
+            self._container_starts = [_start(c) for c in ordered]
+        nodes = self._container_nodes
+        i = bisect.bisect_right(self._container_starts, at)
+        while i:
+            i -= 1
+            outer = nodes[i]
+            if outer is not node and (outer.end_lineno, outer.end_col_offset) > at:  # type: ignore[attr-defined]
+                yield outer
+        yield self.tree
+
+    def _parent_table(self) -> dict[ast.AST, ast.AST]:
+        """Every node's parent, built on first use: most parsed modules never resolve a name (about
+        one in five of a large framework's does), and a dict entry per node is a third of a walk."""
+        if self.parents or not self.tree.body:
+            return self.parents
+        parents, fields_of, leaves = self.parents, _CHILD_FIELDS, _LEAVES
+        stack: list[ast.AST] = [self.tree]
+        pop, push = stack.pop, stack.append
+        while stack:
+            node = pop()
+            for name in fields_of[node.__class__]:
+                value = getattr(node, name, None)
+                if value.__class__ is list:
+                    for item in value:
+                        if item is not None:
+                            parents[item] = node
+                            if item.__class__ not in leaves:
+                                push(item)
+                elif value is not None:
+                    parents[value] = node
+                    if value.__class__ not in leaves:
+                        push(value)
+        return parents
 
     def resolve(self, name: ast.Name) -> list[Binding] | None:
         """The bindings that make up ``name``'s value where it is used: the last ``=`` before the use
@@ -216,11 +271,11 @@ class PyModule:
         self.bindings.setdefault((id(scope), name), []).append(binding)
 
     def _walk(self) -> None:
-        """One pass: every node's parent, the indexed classes' nodes and the names each scope binds.
-        Hand-rolled over the fields that can hold child nodes (``_CHILD_FIELDS``): ``ast.walk`` +
-        ``iter_child_nodes`` cost twice as much, and a ``getattr`` of every field of every ``Name``
-        and ``Constant`` (most of a module's nodes) half of the rest."""
-        parents, by_type, fields_of, leaves = self.parents, self.by_type, _CHILD_FIELDS, _LEAVES
+        """One pass: the indexed classes' nodes and the names each scope binds (parents are built
+        only when asked for). Hand-rolled over the fields that can hold child nodes
+        (``_CHILD_FIELDS``): ``ast.walk`` + ``iter_child_nodes`` cost twice as much, and a ``getattr``
+        of every field of every ``Name`` and ``Constant`` (most of a module's nodes) half of the rest."""
+        by_type, fields_of, leaves = self.by_type, _CHILD_FIELDS, _LEAVES
         stack: list[tuple[ast.AST, ScopeNode]] = [(self.tree, self.tree)]
         pop, push = stack.pop, stack.append
         while stack:
@@ -229,18 +284,17 @@ class PyModule:
             if cls in _INDEXED:
                 by_type.setdefault(cls, []).append(node)
             inner: ScopeNode = node if cls in _SCOPE_TYPES else scope  # type: ignore[assignment]
+            if cls in _CONTAINER_TYPES:
+                self.containers.append(node)
             for name in fields_of[cls]:
                 value = getattr(node, name, None)
                 if value.__class__ is list:
                     for item in value:
-                        if item is not None:  # Dict.keys has None for `**x`, kw_defaults for no default
-                            parents[item] = node
-                            if item.__class__ not in leaves:
-                                push((item, inner))
-                elif value is not None:
-                    parents[value] = node
-                    if value.__class__ not in leaves:
-                        push((value, inner))
+                        # Dict.keys has None for `**x`, kw_defaults for no default
+                        if item is not None and item.__class__ not in leaves:
+                            push((item, inner))
+                elif value is not None and value.__class__ not in leaves:
+                    push((value, inner))
             if cls in _BINDER_TYPES:
                 self._collect(node, scope)
 
@@ -293,13 +347,27 @@ class PyModule:
                     self._bind(scope, name.id, Binding((name.lineno, name.col_offset), "", None, node))
 
 
+def _start(node: ast.AST) -> tuple[int, int]:
+    return (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+
+
 def _names(target: ast.AST) -> Iterator[ast.Name]:
+    """Every name in a target (``a, b``; ``self.x`` gives ``self``; ``d[k]`` gives ``d`` and ``k``)."""
     if isinstance(target, ast.Name):  # most loop and `with` targets: no walk
         yield target
         return
-    for node in ast.walk(target):
+    stack = [target]
+    while stack:
+        node = stack.pop()
         if isinstance(node, ast.Name):
             yield node
+            continue
+        for name in _CHILD_FIELDS[node.__class__]:
+            value = getattr(node, name, None)
+            if value.__class__ is list:
+                stack.extend(v for v in value if v is not None)
+            elif value is not None:
+                stack.append(value)
 
 
 def _passes_through(value: ast.expr, name: str) -> bool:

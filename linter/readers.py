@@ -22,9 +22,11 @@ from .checks_text import check_text
 from .context import Context
 from .findings import Hit
 from .go_template import is_go_template, scan_go
+from .py_sites import prompt_name as _prompt_name
 from .py_source import PyModule
 from .template_moustache import moustache_scan
 from .template_scan import FORMAT_CLOCK, Piece, Scan, scan_template
+from .toml_tree import parse_toml
 from .tree import Node, ParseError, parse_json, parse_yaml
 from .vocab import words
 
@@ -50,17 +52,15 @@ _SYSTEM_KEYS = frozenset({"system", "system_prompt", "instructions", "developer"
 
 # Every Python prompt site (py_sites) needs one of these in the file. Plain substring tests on the
 # lowered text cost a fraction of a parse, which most files of a large repository then skip.
-_PROMPT_WORDS = (
-    "prompt",
-    "instructions",
-    "preamble",
-    "backstory",
-    "systemmessage",
-    "from_messages",
-    ".render(",
-)
+_PROMPT_WORDS = ("systemmessage", "from_messages", "from_template", ".render(")
+# Else a prompt name (``_prompt_name``: `SYSTEM_PROMPT`, `instructions`; not `prompt_tokens`) where
+# code binds, defines, passes or calls it: `x =`, `x +=`, `x: str =`, `def x(`, `x(`, `.x.`, `"x":`,
+# `@agent.x` at a line's end. The word in a docstring, a comment or a log line is not a site: a
+# framework's model adapters mention `prompt_tokens` and "the prompt" in most of their modules.
+_PROMPT_STEMS = ("prompt", "instruction", "preamble", "backstory")
+_SITE_AFTER = re.compile(r"""['"]?[ \t]*(?:[-+]?=(?!=)|\(|\.|:[^\n=]*=|:)|[ \t]*\r?\n""")
 _GUARDED = (
-    ("system", re.compile(r"system_|system\s*=|role['\"]?\s*[:=]\s*['\"]system")),
+    ("system", re.compile(r"system_|system\s*(?::[^\n=]*)?=|role['\"]?\s*[:=]\s*['\"]system")),
     ("developer", re.compile(r"role['\"]?\s*[:=]\s*['\"]developer")),
     ("completion", re.compile(r"completions?\s*\.\s*\w|completion\(")),
     ("messages", re.compile(r"messages\s*\.\s*(?:create|stream|parse|count_tokens)")),
@@ -72,7 +72,31 @@ def _promptish(text: str) -> bool:
     low = text.lower()
     if any(word in low for word in _PROMPT_WORDS):
         return True
-    return any(word in low and pattern.search(low) for word, pattern in _GUARDED)
+    if any(word in low and pattern.search(low) for word, pattern in _GUARDED):
+        return True
+    if len(low) != len(text):
+        return any(stem in low for stem in _PROMPT_STEMS)  # offsets differ: the plain word test
+    return any(_names_a_prompt(text, low, stem) for stem in _PROMPT_STEMS)
+
+
+def _names_a_prompt(text: str, low: str, stem: str) -> bool:
+    """Whether a prompt name with ``stem`` is bound, defined, passed or called in ``text``.
+    ``str.find`` on the lowered text: a case-blind regex over a whole module costs more than a parse."""
+    size = len(text)
+    at = low.find(stem)
+    while at >= 0:
+        start, end = at, at + len(stem)
+        while start and (text[start - 1].isalnum() or text[start - 1] == "_"):
+            start -= 1
+        while end < size and (text[end].isalnum() or text[end] == "_"):
+            end += 1
+        after = _SITE_AFTER.match(text, end)
+        # A line that ends in the word is a site only as a decorator (`@agent.system_prompt`).
+        decorator = text[start - 1 : start] in ("@", ".")
+        if after is not None and (after.group().strip() or decorator) and _prompt_name(text[start:end]):
+            return True
+        at = low.find(stem, end)
+    return False
 
 
 # A fence may be indented (inside a list item): the closing fence then is too.
@@ -290,6 +314,25 @@ def lint_yaml(ctx: Context) -> list[Hit]:
                 continue  # a user turn (see _prompt_strings): as a turn template file
             start, end = mapper(hit.start), mapper(hit.end)
             hits.append(replace(hit, start=start, end=max(start, end), edits=()))
+    return hits
+
+
+def lint_toml(ctx: Context) -> list[Hit]:
+    """Prompts kept in TOML (``[pr_review_prompt]`` with ``system`` and ``user`` strings), read as
+    YAML prompt configs are: a template string under a prompt key, or any string with template syntax."""
+    try:
+        root = parse_toml(ctx.source.text)
+    except ParseError as exc:
+        line, col = ctx.source.position(exc.offset)
+        raise FileError(f"{ctx.source.path}:{line}:{col}: {exc}", line, str(exc)) from exc
+    hits: list[Hit] = []
+    for key, node, system, turn in _prompt_strings(root, None, False, False):
+        exact = node.end - node.start == len(node.value)
+        for hit in _template_hits(ctx, node.value, False, system, f"{ctx.source.path} ({key})"):
+            if turn and hit.code in _PREFIX_RULES:
+                continue
+            start, end = (node.start + hit.start, node.start + hit.end) if exact else (node.start, node.start)
+            hits.append(replace(hit, start=start, end=end, edits=()))
     return hits
 
 

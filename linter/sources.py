@@ -12,14 +12,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Kind = Literal["template", "json", "yaml", "python"]
+Kind = Literal["template", "json", "yaml", "toml", "python"]
 
 TEMPLATE_SUFFIXES = frozenset(
     {".j2", ".jinja", ".jinja2", ".txt", ".md", ".prompt", ".prompty", ".tpl", ".tmpl", ".gotmpl"}
 )
-DATA_SUFFIXES: dict[str, Kind] = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".py": "python"}
+DATA_SUFFIXES: dict[str, Kind] = {
+    ".json": "json",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".toml": "toml",
+    ".py": "python",
+}
 SKIP_DIRS = frozenset(
     {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache", ".vscode", ".idea"}
+)
+
+
+# Tools' own configuration (this linter's included): never a prompt file.
+_CONFIG_TOML = frozenset(
+    {"pyproject.toml", "cargo.toml", "ruff.toml", ".ruff.toml", "pixi.toml", "netlify.toml", "taplo.toml"}
 )
 
 
@@ -28,6 +40,8 @@ def kind_of(path: str) -> Kind | None:
     suffix = os.path.splitext(path)[1].lower()
     if suffix in TEMPLATE_SUFFIXES:
         return "template"
+    if suffix == ".toml" and os.path.basename(path).lower() in _CONFIG_TOML:
+        return None
     return DATA_SUFFIXES.get(suffix)
 
 

@@ -123,3 +123,30 @@ def test_a_python_file_with_a_byte_order_mark_is_read() -> None:
     )
     hits = lint_source("graph.py", source)
     assert [(f.code, f.line, f.column) for f in hits] == [("CW101", 3, 27)]
+
+
+# --- TOML prompt files ------------------------------------------------------------------------
+
+
+def _toml(system: str, user: str) -> str:
+    return f'[review_prompt]\nsystem="""{system}"""\n\nuser="""\n{user}"""\n'
+
+
+def test_prompts_kept_in_toml_are_read_as_templates_at_their_place_in_the_file() -> None:
+    user = "Today's Date: {{ date }}\nTitle: '{{ title }}'\n" + LONG * 24
+    source = _toml("You are a reviewer of pull requests.\n" + LONG, user)
+    hits = [
+        (f.code, f.line, f.column, f.severity) for f in lint_source("settings/reviewer_prompts.toml", source)
+    ]
+    assert ("CW101", 9, 18, "info") in hits  # `date` changes every day: a note, at its place
+    # `user` sits beside `system` in one table: a later turn, not judged as a cached prefix.
+    assert [h for h in hits if h[0] in ("CW301", "CW401", "CW402")] == []
+    system = "Question: {{ question }}\n" + LONG * 24
+    assert ("CW301", 2, 24, "warning") in [
+        (f.code, f.line, f.column, f.severity) for f in lint_source("p.toml", f'[p]\nsystem="""{system}"""\n')
+    ]
+
+
+def test_a_toml_string_with_escapes_maps_its_findings_to_where_it_starts() -> None:
+    source = '[p]\nsystem = "Now: {{ now() }}\\n' + LONG.replace("\n", " ") + '"\n'
+    assert [(f.code, f.line, f.column) for f in lint_source("p.toml", source)] == [("CW101", 2, 11)]
