@@ -85,7 +85,9 @@ def serve(
     host: str = "127.0.0.1",
     port: int | None = None,
     log_level: str = "critical",
-    timeout: float = 20,
+    # A bound, not a wait: a proxy's analysis worker processes each import the engine and warm up
+    # before it is ready (seconds on a busy machine; analysis_workers.START_SECONDS bounds them).
+    timeout: float = 60,
     server_factory: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server,
     **config: Any,
 ) -> Served:
