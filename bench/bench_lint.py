@@ -117,6 +117,7 @@ def command(root: str, *flags: str) -> tuple[float, float, str]:
 def bench_repo(root: str) -> dict[str, float]:
     """One repository: the Python files alone in this process, then the command as a user runs it:
     by default (workers on idle CPUs for a large walk) and in one process (``--jobs 1``)."""
+    load = os.getloadavg()[0]  # the machine is shared: the figures mean little without it
     texts = _python_texts(root)
     base = bare_parse(texts)
     py = python_lint(texts)
@@ -134,6 +135,7 @@ def bench_repo(root: str) -> dict[str, float]:
         "python_seconds": py,
         "parse_seconds": base,
         "findings": summary["findings"],
+        "load": load,
     }
 
 
@@ -193,17 +195,18 @@ if __name__ == "__main__":
         totals = dict.fromkeys(keys, 0.0)
         print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         print(
-            "| repository | files | .py | default: s wall | files/s wall | files/s CPU "
+            "| repository | load | files | .py | default: s wall | files/s wall | files/s CPU "
             "| --jobs 1: s wall | files/s wall | files/s CPU | .py lint / ast.parse (same run) |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         rows = [(Path(root).name, bench_repo(root)) for root in roots]
         for _, r in rows:
             for key in totals:
                 totals[key] += r[key]
         for name, r in [*rows, ("all", totals)] if len(rows) > 1 else rows:
+            load = f"{r['load']:.2f}" if name != "all" else "–"
             print(
-                f"| {name} | {r['files']:,.0f} | {r['py']:,.0f} | {r['seconds']:.2f} "
+                f"| {name} | {load} | {r['files']:,.0f} | {r['py']:,.0f} | {r['seconds']:.2f} "
                 f"| {r['files'] / r['seconds']:,.0f} | {r['files'] / r['cpu']:,.0f} "
                 f"| {r['one_seconds']:.2f} | {r['files'] / r['one_seconds']:,.0f} "
                 f"| {r['files'] / r['one_cpu']:,.0f} | {r['python_seconds'] / r['parse_seconds']:.2f}× |"

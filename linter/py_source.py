@@ -119,6 +119,7 @@ class PyModule:
     containers: list[ast.AST] = field(default_factory=list)
     _container_starts: list[tuple[int, int]] | None = None
     _container_nodes: list[ast.AST] = field(default_factory=list)
+    _container_up: list[int] = field(default_factory=list)  # index of each one's enclosing container
     _lines: list[bytes] = field(default_factory=list)  # UTF-8 lines, only for a non-ASCII file
     _ascii: bool = True  # byte columns are character columns
 
@@ -204,17 +205,30 @@ class PyModule:
             return
         at = (line, getattr(node, "col_offset", 0))
         if self._container_starts is None:
-            ordered = sorted(self.containers, key=_start)
-            self._container_nodes = ordered
-            self._container_starts = [_start(c) for c in ordered]
-        nodes = self._container_nodes
-        i = bisect.bisect_right(self._container_starts, at)
-        while i:
-            i -= 1
+            self._index_containers()
+        nodes, up = self._container_nodes, self._container_up
+        # The last container to start before the node; the ones holding the node are it or its
+        # enclosing ones (containers nest): up its chain, never back over its siblings.
+        i = bisect.bisect_right(self._container_starts, at) - 1
+        while i >= 0:
             outer = nodes[i]
             if outer is not node and (outer.end_lineno, outer.end_col_offset) > at:  # type: ignore[attr-defined]
                 yield outer
+            i = up[i]
         yield self.tree
+
+    def _index_containers(self) -> None:
+        ordered = sorted(self.containers, key=_start)
+        up: list[int] = []
+        open_: list[int] = []  # indexes of the containers that hold the current one
+        for i, node in enumerate(ordered):
+            start = _start(node)
+            while open_ and (ordered[open_[-1]].end_lineno, ordered[open_[-1]].end_col_offset) <= start:  # type: ignore[attr-defined]
+                open_.pop()
+            up.append(open_[-1] if open_ else -1)
+            open_.append(i)
+        self._container_nodes, self._container_up = ordered, up
+        self._container_starts = [_start(c) for c in ordered]
 
     def _parent_table(self) -> dict[ast.AST, ast.AST]:
         """Every node's parent, built on first use: most parsed modules never resolve a name (about
