@@ -204,12 +204,11 @@ class PyModule:
                 current = parents.get(current)
             return
         at = (line, getattr(node, "col_offset", 0))
-        if self._container_starts is None:
-            self._index_containers()
+        starts = self._container_starts if self._container_starts is not None else self._index_containers()
         nodes, up = self._container_nodes, self._container_up
         # The last container to start before the node; the ones holding the node are it or its
         # enclosing ones (containers nest): up its chain, never back over its siblings.
-        i = bisect.bisect_right(self._container_starts, at) - 1
+        i = bisect.bisect_right(starts, at) - 1
         while i >= 0:
             outer = nodes[i]
             if outer is not node and (outer.end_lineno, outer.end_col_offset) > at:  # type: ignore[attr-defined]
@@ -217,7 +216,7 @@ class PyModule:
             i = up[i]
         yield self.tree
 
-    def _index_containers(self) -> None:
+    def _index_containers(self) -> list[tuple[int, int]]:
         ordered = sorted(self.containers, key=_start)
         up: list[int] = []
         open_: list[int] = []  # indexes of the containers that hold the current one
@@ -229,6 +228,7 @@ class PyModule:
             open_.append(i)
         self._container_nodes, self._container_up = ordered, up
         self._container_starts = [_start(c) for c in ordered]
+        return self._container_starts
 
     def _parent_table(self) -> dict[ast.AST, ast.AST]:
         """Every node's parent, built on first use: most parsed modules never resolve a name (about
