@@ -2,6 +2,10 @@
 
 Jinja nodes carry line numbers only; columns come from finding each piece in the source after the
 previous one (static text verbatim, identifiers by word boundary), so positions follow source order.
+
+The module is long because that one cursor through the source is shared by every kind of node the
+scanner reads (output, branches, loops, assignments, blocks, includes): split, each part would have
+to hand the cursor back and forth.
 """
 
 from __future__ import annotations
