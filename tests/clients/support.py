@@ -105,7 +105,7 @@ def rig(tmp: Path) -> Iterator[Rig]:
             analysis_workers=ANALYSIS_WORKERS,
             analysis_processes=True,
         )
-        with serving(build(settings), "proxy", timeout=15) as proxy:
+        with serving(build(settings), "proxy", timeout=60) as proxy:
             yield Rig(emulator.url, proxy.url, capture)
 
 
