@@ -438,3 +438,19 @@ def test_a_head_edited_in_place_is_not_part_of_the_basis() -> None:
     first, second = (reader.parse(load_body(raw), tenant="t") for raw in bodies)
     assert second.basis is None
     assert structure.next_index(first.segments, second.segments) == 1
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "anthropic"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_interleaved_conversations_of_one_tenant_equal_scratch(provider: Provider, data: st.DataObject) -> None:
+    # Many conversations share a tenant's scope: each request resumes (and its walk adopts) the
+    # earlier one of its own conversation, not the scope's last one, and still equals scratch.
+    runs = [data.draw(conversations(provider)) for _ in range(data.draw(st.integers(2, 3)))]
+    order = data.draw(st.permutations([i for i, run in enumerate(runs) for _ in run]))
+    at = [0] * len(runs)
+    bodies = []
+    for i in order:
+        bodies.append(runs[i][at[i]])
+        at[i] += 1
+    _check(provider, bodies)

@@ -39,7 +39,7 @@ from typing import cast
 
 from .base import NO_MATCH, IndexStats, Match, PrefixIndex
 from .lru import _Held
-from .query import _packed, _Query, _query
+from .query import _packed, _Query, _query, cached_query
 from .trie import _Entry, _extend, _Fan, _fan_add, _Node, _pack, _Stamp
 
 __all__ = ["NO_MATCH", "IndexStats", "Match", "MemoryIndex", "PrefixIndex"]
@@ -248,7 +248,12 @@ class MemoryIndex(_Held):
         """
         pkey = (self._gen, scope)
         if pkey not in q.paths:
-            earlier = self._last.get(scope)
+            # The earlier prompt of the same conversation when the counter says which one it is
+            # (many conversations of a tenant share its scope: the scope's last one is most often
+            # another conversation's), else the scope's last one.
+            earlier = cached_query(q.origin[0], self._bs) if q.origin is not None else None
+            if earlier is None or earlier is q:
+                earlier = self._last.get(scope)
             if earlier is not None:
                 q.adopt(earlier)
         path = q.take_path(pkey)

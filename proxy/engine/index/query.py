@@ -18,9 +18,14 @@ from itertools import repeat
 
 from .trie import _Node, _pack
 
-# Token tuples whose per-sequence work (_Query) is kept for the next call: one request looks its
-# stream up, inserts it and marks it in two indexes, and a few requests run at once.
+# Tuples built from an earlier one, kept until their query is made (the same analysis).
 _QUERY_CACHE = 16
+# Token tuples whose per-sequence work (_Query) is kept: one request looks its stream up, inserts
+# it and marks it in two indexes, and the conversation's next request adopts it (``origin``), while
+# requests of many other conversations of the tenant come in between. Bounded in number and in
+# tokens (the tuples are the engine's, but kept alive here past its history: ~16 MiB of them).
+_QUERIES = 256
+_QUERY_TOKENS = 1 << 21
 
 
 class _Query:
@@ -158,6 +163,7 @@ def _packed(q: _Query, start: int, n: int) -> tuple[bytes, list[int], Sequence[i
 
 
 _queries: OrderedDict[tuple[int, int], _Query] = OrderedDict()
+_queries_tokens = 0  # tokens of the tuples in _queries
 _queries_lock = threading.Lock()
 # Tuples built from an earlier one (id -> (tuple, earlier, shared tokens)), for ``_query`` to give
 # the queries it creates their origin. Holds the tuples, so an id is theirs while the entry lives.
@@ -189,13 +195,23 @@ def _query(toks: Sequence[int], bs: int) -> _Query:
             _queries.move_to_end(key)
             return q
     q = _Query(toks, bs)
+    global _queries_tokens
     with _queries_lock:
         origin = _derived.get(id(toks))
         if origin is not None and origin[0] is toks:
             q.origin = (origin[1], origin[2])
         # The entry holds the tuple, so its id cannot be reused while the entry lives.
+        old = _queries.pop(key, None)
         _queries[key] = q
-        _queries.move_to_end(key)
-        while len(_queries) > _QUERY_CACHE:
-            _queries.popitem(last=False)
+        _queries_tokens += len(toks) - (len(old.toks) if old is not None else 0)
+        while len(_queries) > _QUERIES or (_queries_tokens > _QUERY_TOKENS and len(_queries) > 1):
+            _, gone = _queries.popitem(last=False)
+            _queries_tokens -= len(gone.toks)
     return q
+
+
+def cached_query(toks: Sequence[int], bs: int) -> _Query | None:
+    """The kept query of the tuple ``toks``, if it is still kept (``origin`` names such a tuple)."""
+    with _queries_lock:
+        q = _queries.get((id(toks), bs))
+    return q if q is not None and q.toks is toks else None
