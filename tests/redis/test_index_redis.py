@@ -548,3 +548,34 @@ def test_an_insert_asked_with_its_lookup_follows_it(redis_url: str, redis_server
         b.flush()
         assert _t(a.lookup("x", toks, now=2, ttl=0)) == (39, 39, "this-request", 39, 1.0)
         assert _t(b.lookup("y", toks, now=2, ttl=0)) == (39, 39, "this-request", 39, 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=st.lists(st.integers(min_value=0, max_value=50), min_size=1, max_size=30),
+    b=st.lists(st.integers(min_value=0, max_value=50), min_size=1, max_size=30),
+    turns=st.lists(
+        st.tuples(st.booleans(), st.lists(st.integers(min_value=0, max_value=50), min_size=1, max_size=9)),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_interleaved_conversations_of_one_scope_are_prepared_as_from_scratch(
+    a: list[int], b: list[int], turns: list[tuple[bool, list[int]]]
+) -> None:
+    # Two conversations in one scope, turns taking turns: each starts from its own earlier prompt
+    # (the counter's hint names it), not from the scope's last one, and is still exact.
+    from cachewarden.proxy.engine.index.query import derived
+
+    warm = RedisIndex(redis.Redis(port=1), block_size=4, secret=b"s")
+    last = {True: tuple(a), False: tuple(b)}
+    for toks in last.values():
+        warm._prepare("scope", toks)
+    for first, new in turns:
+        before = last[first]
+        toks = (*before[:-1], *new)  # the earlier prompt but its last token, then the new turn
+        derived(toks, before, len(before) - 1)
+        got = warm._prepare("scope", toks)
+        want = RedisIndex(redis.Redis(port=1), block_size=4, secret=b"s")._prepare("scope", toks)
+        assert (got.chain, got.members, got.nodes) == (want.chain, want.members, want.nodes)
+        last[first] = toks

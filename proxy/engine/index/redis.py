@@ -86,6 +86,7 @@ _STREAMS = 1024  # keystreams of recent nodes, 2 KiB each at 512 tokens a block
 # (the memory index keeps the same one); its members cost 4 bytes a token (0.8 MiB at 200,000
 # tokens), the same bytes objects from one turn to the next: at most ~50 MiB for 64 such scopes.
 _SCOPES = 64
+_BY_TOKS, _BY_TOKS_TOKENS = 256, 1 << 21  # recent prompts kept by tuple: ~8 MiB of members at most
 _GIVEN_MASK, _LEFT_MASK = ord("g"), ord("-")  # a WRITE's block sent with its bytes, or without
 _ESCAPE = -(2**63)  # int64 token values are 8 bytes; this one introduces a longer encoding
 
@@ -266,6 +267,10 @@ class RedisIndex:
         self._last = threading.local()
         self._streams: dict[bytes, bytes] = {}
         self._scopes: OrderedDict[str, _Prepared] = OrderedDict()
+        # The prompts of recent requests by their tuple's id (a prepared one holds its tuple), for
+        # the next request of each conversation (``query.derived`` names its earlier tuple).
+        self._by_toks: OrderedDict[int, _Prepared] = OrderedDict()
+        self._by_toks_tokens = 0
         # open_index turns this on for the proxy: writes leave the analysis' path (redis_writes.py).
         # On a single Redis, writes go out at once on a connection of the index's own and their
         # replies are read later; on a cluster, a thread sends them (redis_writes.py).
@@ -357,15 +362,25 @@ class RedisIndex:
             return last
         n, bs = len(key), self._bs
         full = n // bs
+        # The earlier prompt of the same conversation when the counter names it (many
+        # conversations of a tenant share a scope), else the scope's last one.
+        origin = _derived.get(id(key))
+        if origin is not None and origin[0] is not key:
+            origin = None
         with self._blocks_lock:
-            earlier = self._scopes.get(scope)
+            earlier = self._by_toks.get(id(origin[1])) if origin is not None else None
+            if (
+                earlier is None
+                or earlier.scope != scope
+                or (origin is not None and earlier.toks is not origin[1])
+            ):
+                earlier = self._scopes.get(scope)
         chain, members, nodes = [self._root(scope)], [], []
         shared = 0  # full blocks taken from the earlier prompt
         same = 0  # tokens known equal to the earlier prompt's by construction (query.derived)
         if earlier is not None:
             limit = min(full, len(earlier.toks) // bs)
-            origin = _derived.get(id(key))
-            if origin is not None and origin[0] is key and origin[1] is earlier.toks:
+            if origin is not None and origin[1] is earlier.toks:
                 same = origin[2]
             shared = _common_blocks(key, earlier.toks, bs, limit, min(same // bs, limit))
             chain = earlier.chain[: shared + 1]
@@ -406,6 +421,13 @@ class RedisIndex:
             self._scopes.move_to_end(scope)
             while len(self._scopes) > _SCOPES:
                 self._scopes.popitem(last=False)
+            if type(toks) is tuple:  # the caller's own tuple: its id is that of the tuple kept
+                old = self._by_toks.pop(id(key), None)
+                self._by_toks[id(key)] = prepared
+                self._by_toks_tokens += n - (len(old.toks) if old is not None else 0)
+                while len(self._by_toks) > _BY_TOKS or self._by_toks_tokens > _BY_TOKS_TOKENS:
+                    _, gone = self._by_toks.popitem(last=False)
+                    self._by_toks_tokens -= len(gone.toks)
         return prepared
 
     def _known(self, digests: Sequence[bytes]) -> None:
