@@ -443,7 +443,9 @@ def test_a_head_edited_in_place_is_not_part_of_the_basis() -> None:
 @pytest.mark.parametrize("provider", ["openai-chat", "anthropic"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_interleaved_conversations_of_one_tenant_equal_scratch(provider: Provider, data: st.DataObject) -> None:
+def test_interleaved_conversations_of_one_tenant_equal_scratch(
+    provider: Provider, data: st.DataObject
+) -> None:
     # Many conversations share a tenant's scope: each request resumes (and its walk adopts) the
     # earlier one of its own conversation, not the scope's last one, and still equals scratch.
     runs = [data.draw(conversations(provider)) for _ in range(data.draw(st.integers(2, 3)))]
