@@ -184,6 +184,12 @@ def derived(toks: tuple[int, ...], earlier: tuple[int, ...], shared: int) -> Non
             _derived.popitem(last=False)
 
 
+def origin_of(toks: Sequence[int]) -> tuple[tuple[int, ...], int] | None:
+    """(earlier tuple, tokens both start with) when ``derived`` said ``toks`` was built from it."""
+    got = _derived.get(id(toks))
+    return (got[1], got[2]) if got is not None and got[0] is toks else None
+
+
 def _query(toks: Sequence[int], bs: int) -> _Query:
     """The shared work on ``toks``; kept for the next call only for tuples, which cannot change."""
     if type(toks) is not tuple:
@@ -197,9 +203,7 @@ def _query(toks: Sequence[int], bs: int) -> _Query:
     q = _Query(toks, bs)
     global _queries_tokens
     with _queries_lock:
-        origin = _derived.get(id(toks))
-        if origin is not None and origin[0] is toks:
-            q.origin = (origin[1], origin[2])
+        q.origin = origin_of(toks)
         # The entry holds the tuple, so its id cannot be reused while the entry lives.
         old = _queries.pop(key, None)
         _queries[key] = q

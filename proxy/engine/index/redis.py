@@ -62,7 +62,7 @@ from typing import Any, ClassVar, NamedTuple
 import redis
 
 from .base import NO_MATCH, IndexStats, Lookup, Marks, Match, insert_after
-from .query import _common_blocks, _derived
+from .query import _common_blocks, origin_of
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
 from .redis_writes import Channel, WriteBehind
 
@@ -364,24 +364,18 @@ class RedisIndex:
         full = n // bs
         # The earlier prompt of the same conversation when the counter names it (many
         # conversations of a tenant share a scope), else the scope's last one.
-        origin = _derived.get(id(key))
-        if origin is not None and origin[0] is not key:
-            origin = None
+        origin = origin_of(key)
         with self._blocks_lock:
-            earlier = self._by_toks.get(id(origin[1])) if origin is not None else None
-            if (
-                earlier is None
-                or earlier.scope != scope
-                or (origin is not None and earlier.toks is not origin[1])
-            ):
+            earlier = self._by_toks.get(id(origin[0])) if origin is not None else None
+            if earlier is None or origin is None or earlier.toks is not origin[0] or earlier.scope != scope:
                 earlier = self._scopes.get(scope)
         chain, members, nodes = [self._root(scope)], [], []
         shared = 0  # full blocks taken from the earlier prompt
         same = 0  # tokens known equal to the earlier prompt's by construction (query.derived)
         if earlier is not None:
             limit = min(full, len(earlier.toks) // bs)
-            if origin is not None and origin[1] is earlier.toks:
-                same = origin[2]
+            if origin is not None and origin[0] is earlier.toks:
+                same = origin[1]
             shared = _common_blocks(key, earlier.toks, bs, limit, min(same // bs, limit))
             chain = earlier.chain[: shared + 1]
             members = earlier.members[:shared]
