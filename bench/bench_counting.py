@@ -47,6 +47,19 @@ DEFAULT = ROOT.parent / "shared" / "data" / "recorded" / "interactions.jsonl"
 HELD_OUT_SOURCE = "pydantic/pydantic-ai:"
 CASSETTES = Path("/tmp/acc4/raw")
 
+
+def cassettes_root(argv: list[str]) -> Path | None:
+    """The cassettes directory ``--cassettes[=DIR]`` (or ``--cassettes DIR``) names, the default
+    for the bare flag; None without the flag."""
+    for i, a in enumerate(argv):
+        if a == "--cassettes":
+            after = argv[i + 1] if i + 1 < len(argv) else ""
+            return Path(after) if after and not after.startswith("--") else CASSETTES
+        if a.startswith("--cassettes="):
+            return Path(a.partition("=")[2] or CASSETTES)
+    return None
+
+
 # Row order of the table; a record goes to its first matching kind (see kinds()).
 ROWS = (
     "OpenAI chat, no tools",
@@ -144,10 +157,8 @@ def main(argv: list[str]) -> int:
     detail = "--detail" in argv
     split = "--split" in argv
     args = [a for a in argv if not a.startswith("--")]
-    cassettes = next((a for a in argv if a.startswith("--cassettes")), None)
-    path = Path(args[0]) if args else DEFAULT
-    if cassettes is not None:
-        path = Path(cassettes.partition("=")[2] or CASSETTES)
+    cassettes = cassettes_root(argv)
+    path = cassettes if cassettes is not None else Path(args[0]) if args else DEFAULT
     if not path.exists():
         print(f"bench_counting: skipped, no recorded data at {path}")
         return 0

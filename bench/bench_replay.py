@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench_counting import CASSETTES, held_out, load_cassettes, part
+from bench_counting import cassettes_root, held_out, load_cassettes, part
 from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.replay.logs import LogLineError, parse_timestamp
 from cachewarden.proxy.replay.replayer import Row, replay
@@ -242,9 +242,8 @@ def agreement(source: Iterator[dict[str, Any]] | None = None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    cassettes = next((a for a in argv if a.startswith("--cassettes")), None)
-    if cassettes is not None:
-        root = Path(cassettes.partition("=")[2] or CASSETTES)
+    root = cassettes_root(argv)
+    if root is not None:
         if not root.is_dir():
             print(f"skipped: {root} not present (third-party cassettes, never copied into the repository)")
             return 0
