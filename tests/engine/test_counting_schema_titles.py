@@ -9,6 +9,9 @@ function's parameters, and each such request was short by exactly the tokens of 
 from __future__ import annotations
 
 import pytest
+from cachewarden.proxy.engine.adapters import parse_request
+from cachewarden.proxy.engine.counting import PromptCounter
+from cachewarden.proxy.engine.models import load_model_table
 from cachewarden.proxy.engine.rendering import render_function
 from cassette_counts import counted
 
@@ -63,3 +66,23 @@ def test_harmony_leaves_the_title_out() -> None:
         "parameters": {"title": "lookup_args", "type": "object", "properties": {"term": {"type": "string"}}},
     }
     assert render_function(fn, "harmony") == "type lookup = (_: {\nterm?: string,\n}) => any;"
+
+
+def test_one_counter_counts_the_title_per_dialect() -> None:
+    # The tool memo is per dialect: a title counted for gpt-4o is not reused for gpt-5 (harmony
+    # leaves it out), and back. The 4 tokens are "// lookup_args\n" before the brace.
+    counter = PromptCounter(load_model_table())
+
+    def count(model: str, title: bool) -> int:
+        params: dict[str, object] = {"type": "object", "properties": {"term": {"type": "string"}}}
+        if title:
+            params["title"] = "lookup_args"
+        tool = {"type": "function", "function": {"name": "lookup", "parameters": params}}
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "tools": [tool]}
+        return counter.tokenize(parse_request(body)).count
+
+    assert [[count(m, False), count(m, True)] for m in ("gpt-5", "gpt-4o", "gpt-5")] == [
+        [117, 117],
+        [37, 41],
+        [117, 117],
+    ]
