@@ -418,16 +418,21 @@ def test_blocks_left_out_of_a_write_are_sent_again_when_redis_lost_them(
     assert _t(other.lookup("s", [*toks, 99, 5], now=2, ttl=0)) == (23, 23, eid, 23, 1.0)
 
 
+def _two_indexes(redis_server: Any, behind: bool) -> tuple[RedisIndex, RedisIndex]:
+    """An empty Redis and two indexes on it with other secrets, as the engine's scoped and wide ones."""
+    with redis_server.client() as c:
+        c.flushall()
+    a = _index(redis_server, block_size=4, secret=b"a", write_behind=behind)
+    return a, _index(redis_server, block_size=4, secret=b"b", write_behind=behind)
+
+
 def test_both_lookups_of_an_analysis_share_a_round_trip(redis_url: str, redis_server: Any) -> None:
     # Two indexes (other secrets, as the engine's scoped and wide ones) answer lookup_many as they
     # answer lookup; with writes behind, each still reads its own writes.
     from cachewarden.proxy.engine.index.base import Lookup, lookup_many
 
     for behind in (False, True):
-        with redis_server.client() as c:
-            c.flushall()
-        a = _index(redis_server, block_size=4, secret=b"a", write_behind=behind)
-        b = _index(redis_server, block_size=4, secret=b"b", write_behind=behind)
+        a, b = _two_indexes(redis_server, behind)
         toks = list(range(1, 40))
         ea = a.insert("x", toks, now=0)
         eb = b.insert("y", toks[:21], now=0)
@@ -535,10 +540,7 @@ def test_an_insert_asked_with_its_lookup_follows_it(redis_url: str, redis_server
     from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
 
     for behind in (False, True):
-        with redis_server.client() as c:
-            c.flushall()
-        a = _index(redis_server, block_size=4, secret=b"a", write_behind=behind)
-        b = _index(redis_server, block_size=4, secret=b"b", write_behind=behind)
+        a, b = _two_indexes(redis_server, behind)
         toks = list(range(1, 40))
         first = a.insert("x", toks[:21], now=0)
         then = Insert(now=1, entry_id="this-request", ttl=None)
