@@ -21,7 +21,12 @@ The figure to read is the ratio of 1,000 messages to 10: the goal (issue #14) is
 also meets caches the others have just used, as a proxy serving many conversations does; alone,
 the short one stays warm in them, and its ratio reads higher.
 
-Run: ``python bench/bench_engine_history.py [--requests N] [--sequential]`` — prints a table, writes nothing.
+``--one-tenant N`` measures instead N conversations of one tenant (one API key, so one scope)
+taking turns on one engine, against one conversation alone in the same run: each request should
+start from its own conversation's previous one, not from whichever request of the tenant came last.
+
+Run: ``python bench/bench_engine_history.py [--requests N] [--sequential | --one-tenant N]`` — prints a
+table, writes nothing.
 """
 
 from __future__ import annotations
@@ -125,13 +130,43 @@ def measure(raw: Sequence[bytes]) -> dict[str, float]:
     return conversation.medians()
 
 
+def measure_tenant(conversations: int, requests: int) -> tuple[float, float]:
+    """Median ms (read + analyse) of a request of one 100-message conversation alone, and of one
+    of ``conversations`` such conversations taking turns on one engine under one tenant (one API
+    key: they share its scope), the two runs taking turns request by request."""
+    alone = (ConversationReader(), Engine(), [bodies(100, requests, seed=1)])
+    many = (ConversationReader(), Engine(), [bodies(100, requests, seed=s) for s in range(conversations)])
+    samples: tuple[list[float], list[float]] = ([], [])
+    for n in range(requests):
+        for (reader, engine, raws), out in zip((alone, many), samples, strict=True):
+            for raw in raws:
+                t0 = time.perf_counter()
+                prompt = reader.parse(reader.load(raw[n], tenant="one-key"), "openai-chat", tenant="one-key")
+                engine.analyse(prompt, tenant="one-key", now=float(n))
+                if n >= WARMUP:
+                    out.append(time.perf_counter() - t0)
+    return statistics.median(samples[0]) * 1000, statistics.median(samples[1]) * 1000
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--requests", type=int, default=40, help="requests per history length")
     parser.add_argument(
         "--sequential", action="store_true", help="each history's requests in one stretch, not taking turns"
     )
+    parser.add_argument(
+        "--one-tenant",
+        type=int,
+        metavar="N",
+        help="instead: N conversations of 100 messages taking turns under one tenant, against one alone",
+    )
     args = parser.parse_args(argv)
+    if args.one_tenant:
+        alone, many = measure_tenant(args.one_tenant, args.requests + WARMUP)
+        n = args.one_tenant
+        print(f"read + analyse a request, 100 messages: one conversation {alone:.3f} ms; one of")
+        print(f"{n} conversations of one tenant taking turns {many:.3f} ms ({many / alone:.2f}x)")
+        return 0
     if args.sequential:
         results = {h: measure(bodies(h, args.requests + WARMUP)) for h in HISTORY}
     else:
