@@ -22,7 +22,7 @@ from .checks_text import check_text
 from .context import Context
 from .findings import Hit
 from .go_template import is_go_template, scan_go
-from .py_sites import prompt_name as _prompt_name
+from .py_sites import prompt_name
 from .py_source import PyModule
 from .template_moustache import moustache_scan
 from .template_scan import FORMAT_CLOCK, Piece, Scan, scan_template
@@ -53,7 +53,7 @@ _SYSTEM_KEYS = frozenset({"system", "system_prompt", "instructions", "developer"
 # Every Python prompt site (py_sites) needs one of these in the file. Plain substring tests on the
 # lowered text cost a fraction of a parse, which most files of a large repository then skip.
 _PROMPT_WORDS = ("systemmessage", "from_messages", "from_template", ".render(")
-# Else a prompt name (``_prompt_name``: `SYSTEM_PROMPT`, `instructions`; not `prompt_tokens`) where
+# Else a prompt name (``prompt_name``: `SYSTEM_PROMPT`, `instructions`; not `prompt_tokens`) where
 # code binds, defines, passes or calls it: `x =`, `x +=`, `x: str =`, `def x(`, `x(`, `.x.`, `"x":`,
 # `@agent.x` at a line's end. The word in a docstring, a comment or a log line is not a site: a
 # framework's model adapters mention `prompt_tokens` and "the prompt" in most of their modules.
@@ -93,7 +93,7 @@ def _names_a_prompt(text: str, low: str, stem: str) -> bool:
         after = _SITE_AFTER.match(text, end)
         # A line that ends in the word is a site only as a decorator (`@agent.system_prompt`).
         decorator = text[start - 1 : start] in ("@", ".")
-        if after is not None and (after.group().strip() or decorator) and _prompt_name(text[start:end]):
+        if after is not None and (after.group().strip() or decorator) and prompt_name(text[start:end]):
             return True
         at = low.find(stem, end)
     return False

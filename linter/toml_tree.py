@@ -12,6 +12,7 @@ import re
 import tomllib
 from typing import Any
 
+from .sources import line_starts
 from .tree import Node, ParseError
 
 _HEADER = re.compile(r"^[ \t]*\[\[?[ \t]*(?P<name>[^\]\n]+?)[ \t]*\]\]?[ \t]*(?:#[^\n]*)?$", re.M)
@@ -34,7 +35,7 @@ def _offset(text: str, message: str) -> int:
     if m is None:
         return 0
     line, column = int(m.group(1)), int(m.group(2))
-    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+    starts = line_starts(text)
     return min(starts[min(line, len(starts)) - 1] + column - 1, len(text))
 
 
