@@ -25,6 +25,7 @@ ROOT = Path(os.environ.get("CACHEWARDEN_CASSETTES", "/tmp/acc4/raw"))
 LOADER = Path(__file__).resolve().parents[2] / "bench" / "cassette_records.py"
 
 
+@cache
 def _loader() -> ModuleType:
     spec = importlib.util.spec_from_file_location("cassette_records", LOADER)
     assert spec is not None and spec.loader is not None
