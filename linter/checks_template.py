@@ -55,14 +55,13 @@ def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, 
     ]
     # after[i]: unconditional static tokens after piece i: what a change at piece i re-prefills.
     after = [0] * (len(pieces) + 1)
-    for i in range(len(pieces) - 1, -1, -1):
-        after[i] = after[i + 1] + static_tokens[i]
     if any(p.branch for p in pieces):
         # Another branch of the same `{% if %}` is never rendered with a piece: not after it.
-        for i in range(len(pieces)):
-            after[i + 1] = sum(
-                static_tokens[j] for j in range(i + 1, len(pieces)) if _together(pieces[i], pieces[j])
-            )
+        for i, piece in enumerate(pieces):
+            after[i + 1] = _static_with(pieces, static_tokens, piece, i + 1, len(pieces))
+    else:
+        for i in range(len(pieces) - 1, -1, -1):
+            after[i] = after[i + 1] + static_tokens[i]
     yield from _volatile(pieces, after, system)
     yield from _literals(text, pieces)
     yield from _serialisation(ctx, scan)
@@ -70,6 +69,11 @@ def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, 
         yield from _loop(loop, scan.literal_mappings)
     yield from _structure(ctx, pieces, after, system, static_tokens)
     yield from _size(ctx, pieces, static_tokens)
+
+
+def _static_with(pieces: list[Piece], static_tokens: list[int], piece: Piece, lo: int, hi: int) -> int:
+    """Static tokens of ``pieces[lo:hi]`` that can be rendered with ``piece`` (``_together``)."""
+    return sum(static_tokens[j] for j in range(lo, hi) if _together(pieces[j], piece))
 
 
 def _together(a: Piece, b: Piece) -> bool:
@@ -201,10 +205,8 @@ def _structure(
             if after[i + 1] >= limits.LARGE_STATIC_BLOCK_TOKENS:
                 # Moved before the value, the static text is cached only if it then reaches the
                 # model's minimum: below it the move buys nothing there (a note, not a warning).
-                before = sum(
-                    n for p, n in zip(pieces[:i], static_tokens, strict=False) if _together(p, piece)
-                )
-                short = before + after[i + 1] < ctx.info.cache.min_tokens
+                # All the static text it can be rendered with (the value's own piece has none).
+                short = _static_with(pieces, static_tokens, piece, 0, len(pieces)) < ctx.info.cache.min_tokens
                 args = {"value": piece.label, "tokens": after[i + 1]}
                 yield Hit("CW301", piece.start, piece.end, args, severity="info" if short else None)
             break
@@ -238,8 +240,8 @@ def _size(ctx: Context, pieces: list[Piece], static_tokens: list[int]) -> Iterat
     if first is None:
         return
     piece = pieces[first]
-    prefix = sum(n for p, n in zip(pieces[:first], static_tokens, strict=False) if _together(p, piece))
-    total = sum(n for p, n in zip(pieces, static_tokens, strict=True) if _together(p, piece))
+    prefix = _static_with(pieces, static_tokens, piece, 0, first)
+    total = _static_with(pieces, static_tokens, piece, 0, len(pieces))
     minimum = ctx.info.cache.min_tokens
     args = {
         "value": piece.label,
