@@ -91,6 +91,11 @@ class Rule:
         return self.rationale.strip().split(". ")[0].rstrip(".") + "."
 
 
+# libyaml's safe loader where PyYAML has it: the 23 rule files are read on every run (pre-commit
+# included), ~0.3 s with the pure-Python parser.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _fail(where: str, problem: str) -> ConfigError:
     return ConfigError(f"bad rule file {where}: {problem}")
 
@@ -192,7 +197,7 @@ def parse_rule(raw: object, where: str) -> Rule:
 
 def load_text(text: str, where: str) -> Rule:
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         raise _fail(where, f"not valid YAML ({exc.__class__.__name__})") from exc
     rule = parse_rule(raw, where)
