@@ -18,15 +18,22 @@ Redis' memory per million tokens held (``INFO memory``).
 
 Redis runs locally (a private redis-server on a free port, no persistence), so the figures are
 its CPU cost plus a loopback round trip; add the network's round trips in production (an
-analysis waits for one, two when a lookup stops early in a long prompt).
+analysis waits for one, two when a lookup stops early in a long prompt). It runs on a core of its
+own (the last one; the bench on the others), as a Redis on its own host does: a loopback send is
+a "sync" wake-up, and the kernel would otherwise run the server's script on the sender's core
+while the sender waits, even for a write it does not wait for (measured: a send of 13 µs of CPU
+then took 125 µs). ``--shared-cores`` leaves both where the scheduler puts them.
 
-Run: ``python bench/bench_index_redis.py`` — prints a table; skips (exit 0) without redis-server
-or the redis package. About 30 s on 2 cores.
+Run: ``python bench/bench_index_redis.py`` (``--repeat 3``: the engine rows three times, then
+their ranges, each run's load average beside it) — prints a table; skips (exit 0) without
+redis-server or the redis package. About 30 s on 2 cores, ~15 s more per repeat.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import random
 import shutil
 import socket
@@ -53,8 +60,19 @@ OTHERS = 1_000
 CALLS = 300
 
 
+def _pin(server_pid: int) -> str:
+    """The server on the last CPU this process may use, this process on the others (see the module
+    doc); says where each runs."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+    if len(cpus) < 2:
+        return "one CPU: redis-server and the bench share it"
+    os.sched_setaffinity(server_pid, {cpus[-1]})
+    os.sched_setaffinity(0, set(cpus[:-1]))
+    return f"redis-server on CPU {cpus[-1]}, the bench on CPU {','.join(map(str, cpus[:-1]))}"
+
+
 @contextmanager
-def redis_server() -> Iterator[str]:
+def redis_server(pin: bool = False) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -62,6 +80,7 @@ def redis_server() -> Iterator[str]:
         args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
         args += ["no", "--dir", tmp]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        placed = _pin(proc.pid) if pin else "redis-server and the bench where the scheduler puts them"
         try:
             import redis
 
@@ -71,6 +90,7 @@ def redis_server() -> Iterator[str]:
                     break
                 except redis.ConnectionError:
                     time.sleep(0.01)
+            print(placed)
             yield f"redis://127.0.0.1:{port}/0"
         finally:
             proc.terminate()
@@ -188,7 +208,15 @@ def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tup
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--shared-cores", action="store_true", help="do not give redis-server a core of its own"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, metavar="N", help="the engine rows N times, then their ranges"
+    )
+    opts = parser.parse_args(argv)
     if shutil.which("redis-server") is None:
         print("skipped: redis-server is not installed (Debian: apt-get install redis-server)")
         return 0
@@ -200,7 +228,7 @@ def main() -> int:
     from cachewarden.proxy.engine.index.open_index import open_index
     from cachewarden.proxy.engine.index.redis import RedisIndex
 
-    with redis_server() as url:
+    with redis_server(pin=not opts.shared_cores) as url:
         backends: dict[str, Callable[[], PrefixIndex]] = {
             "memory": MemoryIndex,
             "redis": lambda: RedisIndex(redis.Redis.from_url(url)),
@@ -221,16 +249,30 @@ def main() -> int:
             f"({PROMPT / records:.0f} tokens "
             f"a record); {mib:.1f} MiB of Redis memory per million tokens held"
         )
-        print(
-            f"\nengine.analyse per request (OpenAI chat, a turn a request, {ROUNDS} conversations each), ms"
-        )
-        erows = engine_rows(backends)
-        ebase, _, cbase = next(iter(erows.values()))
-        for name, (p50, p99, c50) in erows.items():
+        ratios: dict[str, list[tuple[float, float, float]]] = {}
+        for _ in range(max(opts.repeat, 1)):
             print(
-                f"{name:<38} p50 {p50 * 1e3:>7.2f}   p99 {p99 * 1e3:>7.2f}   ×mem {p50 / ebase:>5.2f}"
-                f"   CPU p50 {c50 * 1e3:>6.2f}   ×mem {c50 / cbase:>5.2f}"
+                f"\nengine.analyse per request (OpenAI chat, a turn a request, {ROUNDS} conversations "
+                f"each), ms; load average {os.getloadavg()[0]:.2f} before"
             )
+            erows = engine_rows(backends)
+            ebase, _, cbase = next(iter(erows.values()))
+            load = os.getloadavg()[0]
+            for name, (p50, p99, c50) in erows.items():
+                print(
+                    f"{name:<38} p50 {p50 * 1e3:>7.2f}   p99 {p99 * 1e3:>7.2f}   ×mem {p50 / ebase:>5.2f}"
+                    f"   CPU p50 {c50 * 1e3:>6.2f}   ×mem {c50 / cbase:>5.2f}"
+                )
+                ratios.setdefault(name.split(" (")[0], []).append((p50 / ebase, c50 / cbase, load))
+        if opts.repeat > 1:
+            print(f"\nover {opts.repeat} runs, ×mem: wall, CPU (each run's wall@load average after it)")
+            for name, got in list(ratios.items())[1:]:
+                walls, cpus = [w for w, _, _ in got], [c for _, c, _ in got]
+                each = ", ".join(f"{w:.2f}@{at:.1f}" for w, _, at in got)
+                print(
+                    f"{name:<22} wall {min(walls):.2f}–{max(walls):.2f}   CPU {min(cpus):.2f}–{max(cpus):.2f}"
+                    f"   ({each})"
+                )
     return 0
 
 
