@@ -14,7 +14,8 @@ with a ``usage`` block becomes one record with the fields the benches read: ``so
 quality flags ``self_contained`` (false when the provider counts what the body does not show:
 images, files, audio, stored state, reasoning items, server tools; reasons in
 ``not_self_contained_reasons``), ``suspect`` (a hand-written response: placeholder ids, no input
-count, cached tokens below OpenAI's 1,024-token minimum) and ``duplicate_of`` (the same body with
+count, cached tokens below OpenAI's 1,024-token minimum, a usage block another provider wrote)
+and ``duplicate_of`` (the same body with
 the same reported count as an earlier record: many instrumentation suites record one call in
 several variants, and it is counted once).
 """
@@ -64,6 +65,11 @@ MEDIA_PARTS = frozenset({"image_url", "input_image", "input_file", "file", "inpu
 # OpenAI's response ids are long and random ("chatcmpl-" + 29, "resp_" + 48 characters); a short one
 # ("chatcmpl-123", "resp_abc") was written by hand.
 MIN_ID_LENGTH = 20
+# Usage fields OpenAI never sends but OpenRouter's accounting adds: a cassette whose host was rewritten
+# to api.openai.com after recording an OpenRouter answer (simonw/llm's test_tools_streaming variants
+# c / d: response model "moonshotai/kimi-k2", 8-9 tokens over the body's OpenAI count). That count is
+# another model's tokenizer, not a measure of ours.
+FOREIGN_USAGE = frozenset({"is_byok", "cost", "cost_details"})
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -299,7 +305,11 @@ def _record(sequence_id: str, index: int, interaction: Mapping[str, Any]) -> dic
         "not_self_contained_reasons": reasons,
         # OpenAI: "For requests under 1024 tokens, cached_tokens is zero" (prompt-caching guide): a
         # read below that was written by hand (openinference's llama_index token-count fixture).
-        "suspect": total <= 0 or not rid or len(str(rid)) < MIN_ID_LENGTH or (cached > 0 and total < 1024),
+        "suspect": total <= 0
+        or not rid
+        or len(str(rid)) < MIN_ID_LENGTH
+        or (cached > 0 and total < 1024)
+        or not FOREIGN_USAGE.isdisjoint(usage),
     }
 
 
