@@ -63,9 +63,10 @@ def test_user_cache_dir_is_respected_and_populated(tmp_path: Path, monkeypatch: 
 
 
 @pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
-def test_encode_equals_tiktoken(name: str) -> None:
+def test_encode_equals_tiktoken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     tok = get_tokenizer(name)
     assert tok.name == name
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tiktoken_cache_dir()))  # tiktoken's own, from our file
     assert tok.encode(SAMPLE) == tiktoken.get_encoding(name).encode_ordinary(SAMPLE)
 
 
@@ -99,3 +100,28 @@ def test_corrupt_tokenizer_file(tmp_path: Path) -> None:
     bad.write_text("{not json", encoding="utf-8")
     with pytest.raises(TokenizerError):
         get_tokenizer(f"hf:{bad}")
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_ranks_are_read_as_tiktoken_reads_them(name: str) -> None:
+    from cachewarden.proxy.engine import tokenizers
+    from tiktoken.load import load_tiktoken_bpe
+    from tiktoken_ext import openai_public
+
+    path = install_rank_file(name, tiktoken_cache_dir())
+    assert tokenizers._ranks(path.read_bytes()) == load_tiktoken_bpe(str(path))
+    before = openai_public.load_tiktoken_bpe
+    arguments = tokenizers._encoding_arguments(name, {b"x": 0})
+    assert arguments["mergeable_ranks"] == {b"x": 0} and arguments["name"] == name
+    assert openai_public.load_tiktoken_bpe is before  # tiktoken's loader is put back
+
+
+def test_a_rank_file_changed_on_disk_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachewarden.proxy.engine import tokenizers
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    target = install_rank_file("cl100k_base", tmp_path)
+    monkeypatch.setattr(tokenizers, "install_rank_file", lambda _name, _dir: target)
+    target.write_bytes(target.read_bytes()[:-10])
+    with pytest.raises(TokenizerError, match="changed while it was read"):
+        tokenizers._tiktoken("cl100k_base")
