@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import TypeVar
 
 import jinja2
 from cachewarden.proxy.engine.errors import CachewardenError
@@ -66,6 +67,8 @@ _GUARDED = (
     ("messages", re.compile(r"messages\s*\.\s*(?:create|stream|parse|count_tokens)")),
     ("responses", re.compile(r"responses\s*\.\s*(?:create|stream|parse)")),
 )
+
+_Tree = TypeVar("_Tree", Node, Node | None)
 
 
 def _promptish(text: str) -> bool:
@@ -288,11 +291,7 @@ def lint_json(ctx: Context) -> tuple[list[Hit], object]:
 
 
 def lint_yaml(ctx: Context) -> list[Hit]:
-    try:
-        root = parse_yaml(ctx.source.text)
-    except ParseError as exc:
-        line, col = ctx.source.position(exc.offset)
-        raise FileError(f"{ctx.source.path}:{line}:{col}: {exc}", line, str(exc)) from exc
+    root = _parsed(ctx, parse_yaml)
     if root is None or (root.kind == "object" and root.get("interactions") is not None):
         return []  # empty, or a VCR cassette: recorded HTTP traffic, not a prompt config
     if root.kind == "array" and document_kind(root) is None:
@@ -306,33 +305,43 @@ def lint_yaml(ctx: Context) -> list[Hit]:
         model = root.get("model")
         if model is not None and isinstance(model.value, str):
             ctx.model = model.value
-    for key, node, system, turn in _prompt_strings(root, None, False, False):
-        mapper = _scalar_mapper(ctx.source.text, node)
-        where = f"{ctx.source.path} ({key})"
-        for hit in _template_hits(ctx, node.value, False, system, where):
-            if turn and hit.code in _PREFIX_RULES:
-                continue  # a user turn (see _prompt_strings): as a turn template file
-            start, end = mapper(hit.start), mapper(hit.end)
-            hits.append(replace(hit, start=start, end=max(start, end), edits=()))
-    return hits
+    return hits + _prompt_config_hits(ctx, root, lambda node: _scalar_mapper(ctx.source.text, node))
 
 
 def lint_toml(ctx: Context) -> list[Hit]:
     """Prompts kept in TOML (``[pr_review_prompt]`` with ``system`` and ``user`` strings), read as
     YAML prompt configs are: a template string under a prompt key, or any string with template syntax."""
+    root = _parsed(ctx, parse_toml)
+
+    def mapper(node: Node) -> Callable[[int], int]:
+        # a string without escapes maps offset for offset; one with them is reported at its start
+        exact = node.end - node.start == len(node.value)
+        return (lambda offset: node.start + offset) if exact else (lambda _offset: node.start)
+
+    return _prompt_config_hits(ctx, root, mapper)
+
+
+def _parsed(ctx: Context, parse: Callable[[str], _Tree]) -> _Tree:
     try:
-        root = parse_toml(ctx.source.text)
+        return parse(ctx.source.text)
     except ParseError as exc:
         line, col = ctx.source.position(exc.offset)
         raise FileError(f"{ctx.source.path}:{line}:{col}: {exc}", line, str(exc)) from exc
+
+
+def _prompt_config_hits(
+    ctx: Context, root: Node, mapper_of: Callable[[Node], Callable[[int], int]]
+) -> list[Hit]:
+    """The template findings of a config's prompt strings, at their places in the file
+    (``mapper_of(node)`` maps an offset in the string's value to one in the file)."""
     hits: list[Hit] = []
     for key, node, system, turn in _prompt_strings(root, None, False, False):
-        exact = node.end - node.start == len(node.value)
+        mapper = mapper_of(node)
         for hit in _template_hits(ctx, node.value, False, system, f"{ctx.source.path} ({key})"):
             if turn and hit.code in _PREFIX_RULES:
-                continue
-            start, end = (node.start + hit.start, node.start + hit.end) if exact else (node.start, node.start)
-            hits.append(replace(hit, start=start, end=end, edits=()))
+                continue  # a user turn (see _prompt_strings): as a turn template file
+            start, end = mapper(hit.start), mapper(hit.end)
+            hits.append(replace(hit, start=start, end=max(start, end), edits=()))
     return hits
 
 
