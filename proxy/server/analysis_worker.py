@@ -27,6 +27,7 @@ when the forwarder says so (or exit when its pipe closes, if the forwarder died)
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import pickle
@@ -63,6 +64,8 @@ HEADER = struct.Struct("<I")
 NICENESS = 10
 # A request's analysis starts once its response ended, or this long after it went upstream.
 START_DELAY = 0.05
+# The worker's collector (``tune_gc``): a young collection every this many allocations, not 700.
+GC_THRESHOLD = (50_000, 20, 10)
 # Builds a worker's analyzers from the settings and the worker's (recording) metrics; it is pickled
 # by reference, so it must be a module-level function.
 Factory = Callable[[Settings, Any], Sequence[Analyzer]]
@@ -300,6 +303,20 @@ class _Pipe:
                 data = data[os.write(self.write_fd, data) :]
 
 
+def tune_gc() -> None:
+    """Fewer collections in a worker, once its analyzers are built. Its heap is long-lived (the
+    index's nodes, the conversations' runs, the tokenizer's and linter's tables), and an analysis
+    leaves no cyclic garbage: with CPython's defaults each request's survivors (its new index
+    nodes, its token stream) were traversed by a young collection every 700 allocations and again
+    by every older one, ~0.2 ms of a ~1.4 ms analysis that never freed anything. The start-up heap
+    is frozen (never traversed again; it lives as long as the process), and a young collection
+    runs every ``GC_THRESHOLD[0]`` allocations: the rare cycle (an exception's traceback) is freed
+    a little later, nothing else changes."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -319,6 +336,7 @@ def main(argv: Sequence[str]) -> int:
     except OSError:  # not permitted here: analysis still runs, at the forwarder's priority
         logger.warning("could not lower the analysis worker's priority")
     worker = Worker(settings, factory, pipe.send)
+    tune_gc()
     logger.debug("ready: %s", ", ".join(type(a).__name__ for a in worker.analyzers))
     pipe.send(("ready", os.getpid()))
     try:
