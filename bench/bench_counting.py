@@ -143,6 +143,24 @@ def fallback_model(rec: Mapping[str, Any]) -> str | None:
     return rec.get("response_model") or rec.get("path") or None
 
 
+def request_of(rec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The body to count. Azure OpenAI routes by the deployment in the path and ignores the body's
+    ``model``, which some clients fill with the deployment's name ("openllmetry-testing"): when it
+    names none of OpenAI's models, the model is the one the response names, if that is one of OpenAI's
+    (a scrubbed "AZURE_DEPLOYMENT-..." is not). A body that names a model keeps it.
+    """
+    req: Mapping[str, Any] = rec["request"]
+    model = str(rec.get("response_model") or "")
+    azure = str(rec.get("host") or "").endswith(".openai.azure.com")
+    if azure and not _openai_model(str(req.get("model") or "")) and _openai_model(model):
+        return {**req, "model": model}
+    return req
+
+
+def _openai_model(name: str) -> bool:
+    return name.startswith(("gpt-", "o1", "o3", "o4", "chatgpt-"))
+
+
 def cell(errs: list[tuple[int, int]]) -> str:
     if not errs:
         return f"{'-':>5} {'':>6} {'':>6} {'':>7}"
@@ -181,7 +199,7 @@ def main(argv: list[str]) -> int:
             continue
         try:
             prompt = adapters.parse_request(
-                rec["request"], provider=rec["provider"], model=fallback_model(rec)
+                request_of(rec), provider=rec["provider"], model=fallback_model(rec)
             )
             counted = counter.tokenize(prompt).count
         except CachewardenError:

@@ -147,6 +147,11 @@ class ModelTable:
         name = model.lower()
         # Bedrock / Vertex ids carry a vendor prefix ("anthropic.claude-...", "us.anthropic.claude-...").
         bare = name.rsplit("anthropic.", 1)[-1].rsplit("/", 1)[-1]
+        # Azure OpenAI spells GPT-3.5 without the dot ("gpt-35-turbo", "gpt-35-turbo-16k"): the same
+        # models, cl100k like OpenAI's gpt-3.5 (a gpt-35-turbo answer in the cassettes' dev half,
+        # counted with o200k one over, is exact with cl100k).
+        if bare.startswith("gpt-35"):
+            bare = "gpt-3.5" + bare[len("gpt-35") :]
         entry = next((e for e in self._entries if bare.startswith(e["match"])), None)
         if entry is None:
             entry = self._defaults.get(provider) or self._defaults.get("openai-chat")
