@@ -11,9 +11,10 @@ tests/engine/test_index.py), with records per block of ``block_size`` tokens (51
   block of a prompt) are the members of one sorted set ``{ns}:{root}:n:{H(k)}``: 4 bytes a token,
   then, for a partial block, ``last_seen tokens entry_id`` of the newest insert through it
   (redis_scripts.py explains the order that makes the exact token-level LCP inside a block an
-  O(log n) lookup). A full block's member ends with its 8-byte chain digest instead, and beside it
-  a small member holds that digest and the value: a lookup finds the held blocks by digest, and a
-  write through a block it knows is stored sends and rewrites 8 bytes and a value, not 2 KiB.
+  O(log n) lookup). A full block's member ends with its chain digest instead, and its value is the
+  field of that digest (8 bytes) in the scope's one values hash ``{ns}:{root}:v``: a lookup finds
+  the held blocks by digest, and a write through blocks it knows are stored sends 8 bytes a block
+  and sets their values in one HSET, not 2 KiB and three calls a block.
   A token's 4 bytes are a keyed 31-bit pseudo-random function of the token id, XORed with a
   keystream of the node: equal tokens at the same place of the same prefix compare equal, and
   nothing else can be read from them without the index secret (no token id, no prompt text).
@@ -21,6 +22,9 @@ tests/engine/test_index.py), with records per block of ``block_size`` tokens (51
   8-byte digest of the partial block up to ``p``, value = ``last_seen``.
 * ``{root}`` (hex) is a hash tag: all keys of a scope are in one Redis Cluster slot, so every
   script touches one node, and a scope's data moves with its slot.
+* The layout's version enters every root (``_VERSION``): an upgraded replica reads and writes
+  keys of its own, never a mix with an older layout's, which expire on their own (v3 kept a full
+  block's value in a member of its node; v4 in the values hash).
 
 An entry id may name a request another replica served; the engine keeps prompts in its own history,
 so attribution then degrades to what the index tells (lengths and ages, no diff against the text).
@@ -70,7 +74,7 @@ __all__ = ["RedisIndex"]
 
 _SCRIPTS = (LOOKUP, AROUND, WRITE, MARK_WRITE)
 
-_VERSION = b"cachewarden-index-v3"
+_VERSION = b"cachewarden-index-v4"
 _DIGEST = 16  # chain digests (node names)
 _FIELD = 8  # mark fields
 _GROUP = 4  # bytes a token in a member
@@ -200,6 +204,7 @@ class _Prepared:
     chain: list[bytes]  # H0 … H(full blocks)
     members: list[bytes]  # one a block, the partial last one included
     nodes: list[bytes]  # the key of the node of each block (its parent's children)
+    values: bytes  # the key of the scope's values hash (full blocks' values by digest)
 
 
 def _found(
@@ -406,9 +411,9 @@ class RedisIndex:
             with self._blocks_lock:
                 cache.update(fresh)
                 _trim(cache, _BLOCK_CACHE)
-        tag = b"%s:{%s}:n:" % (self._ns, root.hex().encode())
-        nodes.extend(tag + chain[k] for k in range(len(nodes), len(members)))
-        prepared = _Prepared(scope, key, root, chain, members, nodes)
+        tag = b"%s:{%s}:" % (self._ns, root.hex().encode())
+        nodes.extend(tag + b"n:" + chain[k] for k in range(len(nodes), len(members)))
+        prepared = _Prepared(scope, key, root, chain, members, nodes, tag + b"v")
         self._last.value = prepared
         with self._blocks_lock:
             self._scopes[scope] = prepared
@@ -597,7 +602,7 @@ class RedisIndex:
             keys = prep.nodes[ks.start : ks.stop]
             given = members[max(ks.start, ks.stop - _GIVEN) : ks.stop]
             blob = b"".join([digests[k] for k in ks if k < full])
-            call = Call(LOOKUP, keys, [t, self._scan, len(given), blob, *given])
+            call = Call(LOOKUP, [*keys, prep.values], [t, self._scan, len(given), blob, *given])
             held, value, stop, dead, dead_live, need_stop, need_dead = (yield [call])[0]
             if held:
                 self._known(digests[s : s + held])
@@ -606,10 +611,12 @@ class RedisIndex:
             stop_at = walked
             asks: list[Call] = []
             if need_stop:
-                asks.append(Call(AROUND, [prep.nodes[stop_at]], [t, self._scan, members[stop_at]]))
+                asks.append(
+                    Call(AROUND, [prep.nodes[stop_at], prep.values], [t, self._scan, members[stop_at]])
+                )
             if need_dead:
                 k = s + dead - 1
-                asks.append(Call(AROUND, [prep.nodes[k]], [t, self._scan, members[k]]))
+                asks.append(Call(AROUND, [prep.nodes[k], prep.values], [t, self._scan, members[k]]))
             if asks:  # a second round trip, only when the walk stopped early in a long prompt
                 answers = yield asks
                 if need_stop:
@@ -676,7 +683,7 @@ class RedisIndex:
             blob = b"".join([digests[k] for k in ks if k < full])
             mask = bytes([_GIVEN_MASK if sent[k] else _LEFT_MASK for k in ks])
             args = [*head, blob, mask, *(sent[k] for k in ks if sent[k])]
-            calls.append(Call(WRITE, keys, args, members[ks.start : ks.stop]))
+            calls.append(Call(WRITE, [*keys, prep.values], args, members[ks.start : ks.stop]))
         self._send(calls)
         return eid
 
@@ -750,7 +757,8 @@ class RedisIndex:
             if missing:
                 groups = [call.groups[i] for i in missing]
                 args = [*head, b"".join([digests[i] for i in missing]), b"g" * len(missing), *groups]
-                again.append(Call(WRITE, [call.keys[i] for i in missing], args, groups))
+                keys = [*(call.keys[i] for i in missing), call.keys[-1]]  # the values hash last
+                again.append(Call(WRITE, keys, args, groups))
             lost = set(missing)
             known.extend(d for i, d in enumerate(digests) if i not in lost)
         if known:

@@ -6,11 +6,12 @@ A node's children are the members of one sorted set, all of score 0 so that they
 most tokens with a query block is therefore one of the query's two neighbours in that order, and
 the members sharing a given number of tokens with it are a contiguous run around it:
 ``ZRANGEBYLEX`` finds both in O(log n). A partial block's tail is its value ``"last_seen tokens
-entry_id"``; a full block's is ``#`` and its chain digest in hex, and its value is in a small
-member ``0x01 ‖ chain digest (8 bytes) ‖ 0x00 ‖ value`` beside it (it sorts before every block and
-shares nothing with a query): finding the held blocks needs 8 bytes of each query block, and a
-write through a stored block rewrites that small member only. Every key a script touches is in
-its KEYS, all of one scope (one hash slot), so the scripts also run on a Redis Cluster. Redis
+entry_id"``; a full block's is ``#`` and its chain digest in hex, and its value is the field of
+that digest (8 bytes) in the scope's values hash (the last of a script's KEYS): finding the held
+blocks needs 8 bytes of each query block, and a write through stored blocks reads and sets their
+values with one HMGET and one HSET, not three calls a block (a script's cost is mostly its calls).
+Every key a script touches is in its KEYS, all of one scope (one hash slot), so the scripts also
+run on a Redis Cluster. Redis
 runs Lua 5.1: no integer division, no ``goto``; every new string is work for its garbage
 collector (most of a script's cost), so compares avoid making long substrings.
 """
@@ -59,23 +60,18 @@ end
 
 local function when(v) return tonumber(string.match(v, '^%S+')) end
 
-local function digest_key(d)
-  -- A full block's digest member: 0x01 ‖ its 8-byte chain digest ‖ 0x00 ‖ value.
-  return '[\1' .. d .. '\0', '(\1' .. d .. '\1'
-end
-
 local function unhex(h)
   return (string.gsub(h, '..', function(x) return string.char(tonumber(x, 16)) end))
 end
 
-local function value_in(key, m)
+local function value_in(values, m)
   -- A partial block's member holds its value; a full block's holds '#' and its digest in hex, and
-  -- the value is its digest member's (one record to refresh per write, not the block's bytes).
+  -- the value is that digest's field in the values hash (one field to refresh per write, not the
+  -- block's bytes).
   local v = value_of(m)
   if string.byte(v, 1) ~= 35 then return v end
-  local from, to = digest_key(unhex(string.sub(v, 2)))
-  local got = redis.call('ZRANGEBYLEX', key, from, to, 'LIMIT', 0, 1)[1]
-  if got then return string.sub(got, 11) end
+  local got = redis.call('HGET', values, unhex(string.sub(v, 2)))
+  if got then return got end
   return nil
 end
 """
@@ -87,7 +83,7 @@ local function fetch(key, from, side, offset, count)
 end
 
 -- {groups shared with q, value of the newest member sharing them, groups of the best live one}
-local function around(key, q, t, cap)
+local function around(key, values, q, t, cap)
   local memo = {}
   local function shared_of(m)
     local got = memo[m]
@@ -113,7 +109,7 @@ local function around(key, q, t, cap)
         local shared = shared_of(m)
         -- Shared groups only shrink away from the query: past this, nothing can improve.
         if shared < held and shared <= live then done = true; break end
-        local v = value_in(key, m)
+        local v = value_in(values, m)
         if v then
           local w = when(v)
           if shared == held and w > newest then best, newest = v, w end
@@ -131,7 +127,8 @@ local function around(key, q, t, cap)
 end
 """
 
-# KEYS: the nodes of the query's blocks, in order. ARGV: live threshold, how many members to look
+# KEYS: the nodes of the query's blocks, in order, then the values hash. ARGV: live threshold, how
+# many members to look
 # at on each side, m, the chain digests (8 bytes each) of the full blocks concatenated (the full
 # blocks come first; a last key beyond them is the partial block), then the member bytes of the
 # last m blocks. Finds the full blocks held, then looks around the query
@@ -149,7 +146,8 @@ LOOKUP_SOURCE = (
     + _AROUND
     + r"""
 local t, cap, given, digests = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local n, full = #KEYS, #ARGV[4] / 8
+local n, full = #KEYS - 1, #ARGV[4] / 8
+local vals = KEYS[#KEYS]
 local function member(k)
   if k > n - given then return ARGV[4 + k - (n - given)] end
   return nil
@@ -161,9 +159,11 @@ local function value(k)
   if v == nil then
     v = false
     if k <= full then
-      local from, to = digest_key(string.sub(digests, 8 * k - 7, 8 * k))
-      local got = redis.call('ZRANGEBYLEX', KEYS[k], from, to, 'LIMIT', 0, 1)[1]
-      if got then v = string.sub(got, 11) end
+      v = redis.call('HGET', vals, string.sub(digests, 8 * k - 7, 8 * k))
+      -- A value outlives its block when the hash is kept by the scope's other writes: the block
+      -- is held while its node is there (expiry is garbage collection, and it only shrinks along
+      -- a path: a write through a block passes its parents).
+      if v and redis.call('EXISTS', KEYS[k]) == 0 then v = false end
     end
     values[k] = v
   end
@@ -182,7 +182,7 @@ end
 local stop, need_stop, need_dead, dead = false, 0, 0, 0
 if held < n then
   local q = member(held + 1)
-  if q then stop = around(KEYS[held + 1], q, t, cap) else need_stop = 1 end
+  if q then stop = around(KEYS[held + 1], vals, q, t, cap) else need_stop = 1 end
 end
 local function dead_at(k)
   local v = value(k)
@@ -199,49 +199,61 @@ end
 local dead_live = 0
 if dead > 0 then
   local q = member(dead)
-  if q then dead_live = around(KEYS[dead], q, t, cap)[3] else need_dead = 1 end
+  if q then dead_live = around(KEYS[dead], vals, q, t, cap)[3] else need_dead = 1 end
 end
 return {held, held > 0 and value(held), stop, dead, dead_live, need_stop, need_dead}
 """
 )
 
-# KEYS[1]: a node. ARGV: live threshold, members to look at on each side, the query block's bytes.
+# KEYS: a node, the values hash. ARGV: live threshold, members to look at on each side, the query
+# block's bytes.
 AROUND_SOURCE = (
     _COMMON
     + _AROUND
     + r"""
-return around(KEYS[1], ARGV[3], tonumber(ARGV[1]), tonumber(ARGV[2]))
+return around(KEYS[1], KEYS[2], ARGV[3], tonumber(ARGV[1]), tonumber(ARGV[2]))
 """
 )
 
-# KEYS: nodes. ARGV: value, now, expiry ms, retention s, sweep threshold, the 8-byte chain digests
-# of the full blocks concatenated (they come first; a last key beyond them is the partial block),
-# one byte a key ('g': its member groups follow, '-': left out), then the groups given, in order.
-# A full block is its digest member (with the value) and its groups member (with '#' and the
-# digest in hex); the caller may leave out the groups of a full block it knows is stored (it
-# wrote or walked it): while the digest member is there, so is the groups member. Returns the
-# 1-based indexes of the full blocks whose groups were left out and are not stored (the caller
-# writes those again, with their groups).
+# KEYS: nodes, then the values hash. ARGV: value, now, expiry ms, retention s, sweep threshold, the
+# 8-byte chain digests of the full blocks concatenated (they come first; a last node beyond them is
+# the partial block), one byte a node ('g': its member groups follow, '-': left out), then the
+# groups given, in order. A full block is its groups member (with '#' and the digest in hex) in its
+# node and its value in the values hash; the caller may leave out the groups of a full block it
+# knows is stored (it wrote or walked it): while its node and its value are there, so is its
+# groups member (a sweep drops both). Returns the 1-based indexes of the full blocks whose groups
+# were left out and are not stored (the caller writes those again, with their groups).
 # A value is replaced only by a write at least as recent (skewed replica clocks cannot age a
-# prefix). Key expiry is garbage collection: set to the retention, never shortened. A node that
-# keeps getting new children (a shared system prompt) is swept of children older than the
-# retention whenever it doubles past the threshold (amortised O(1) a write); the size after the
-# last sweep is kept in the member 0x00 "~" (it sorts before every block and shares nothing).
+# prefix). Key expiry is garbage collection: set to the retention, never shortened. A node or the
+# values hash that keeps getting new entries (a shared system prompt, a busy scope) is swept of
+# those older than the retention whenever it doubles past the threshold (amortised O(1) a write);
+# the size after the last sweep is kept in the member 0x00 "~" of a node (it sorts before every
+# block and shares nothing) and in the field "~" of the hash (a digest field is 8 bytes).
 WRITE_SOURCE = (
     _COMMON
     + r"""
 local value, now, px = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local oldest, limit = now - tonumber(ARGV[4]), tonumber(ARGV[5])
-local function upsert(key, g, old)
-  -- Returns whether the member is new. A write at least as recent replaces the old value.
-  if old and when(string.sub(old, #g + 2)) > now then return false end
-  -- Add before removing: a set emptied for a moment would lose its key's longer expiry.
-  redis.call('ZADD', key, 0, g .. '\0' .. value)
-  if old and old ~= g .. '\0' .. value then redis.call('ZREM', key, old) end
-  return not old
+local n = #KEYS - 1
+local vals = KEYS[#KEYS]
+-- PEXPIRE … GT (Redis 7) extends an expiry in one call; a key this script made has one.
+local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+local function extend(key)
+  -- Never shortens the key's expiry; returns whether the key exists. GT fails on an expiry as long
+  -- already (a write in the same millisecond) and on a key without one (made by this script).
+  if gt and redis.call('PEXPIRE', key, px, 'GT') == 1 then return true end
+  local pttl = redis.call('PTTL', key)
+  if pttl == -2 then return false end
+  if pttl == -1 or (not gt and pttl < px) then redis.call('PEXPIRE', key, px) end
+  return true
 end
 local function hex(d)
   return (string.gsub(d, '.', function(c) return string.format('%02x', string.byte(c)) end))
+end
+local function drop(key, cmd, items)
+  for i = 1, #items, 1000 do
+    redis.call(cmd, key, unpack(items, i, math.min(i + 999, #items)))
+  end
 end
 local function sweep(key)
   local size = redis.call('ZCARD', key)
@@ -249,64 +261,93 @@ local function sweep(key)
   local last = 0
   if mark then last = tonumber(string.sub(mark, 3)) end
   if size <= limit or size <= 2 * last then return end
-  local members, dead, gone = redis.call('ZRANGE', key, 0, -1), {}, {}
-  for _, m in ipairs(members) do
-    if string.byte(m, 1) == 1 and when(string.sub(m, 11)) < oldest then
-      dead[#dead + 1] = m
-      gone[hex(string.sub(m, 2, 9))] = true
-    end
-  end
-  for _, m in ipairs(members) do
+  local dead, fulls, fields = {}, {}, {}
+  for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
     if string.byte(m, 1) >= 128 then
       local v = value_of(m)
       if string.byte(v, 1) == 35 then
-        if gone[string.sub(v, 2)] then dead[#dead + 1] = m end
+        fulls[#fulls + 1] = m
+        fields[#fields + 1] = unhex(string.sub(v, 2))
       elseif when(v) < oldest then
         dead[#dead + 1] = m
       end
     end
   end
-  for i = 1, #dead, 1000 do
-    redis.call('ZREM', key, unpack(dead, i, math.min(i + 999, #dead)))
+  local gone = {}
+  for i = 1, #fields, 1000 do
+    local got = redis.call('HMGET', vals, unpack(fields, i, math.min(i + 999, #fields)))
+    for j = 1, #got do
+      local v = got[j]
+      if not v or when(v) < oldest then
+        dead[#dead + 1] = fulls[i + j - 1]
+        if v then gone[#gone + 1] = fields[i + j - 1] end
+      end
+    end
   end
+  drop(vals, 'HDEL', gone)
+  drop(key, 'ZREM', dead)
   if mark then redis.call('ZREM', key, mark) end
   redis.call('ZADD', key, 0, '\0~' .. (size - #dead))
 end
+local function sweep_values()
+  local size = redis.call('HLEN', vals)
+  local last = tonumber(redis.call('HGET', vals, '~') or '0')
+  if size <= limit or size <= 2 * last then return end
+  local all, gone = redis.call('HGETALL', vals), {}
+  for i = 1, #all, 2 do
+    if #all[i] == 8 and when(all[i + 1]) < oldest then gone[#gone + 1] = all[i] end
+  end
+  drop(vals, 'HDEL', gone)
+  redis.call('HSET', vals, '~', size - #gone)
+end
 local missing, digests, mask, at = {}, ARGV[6], ARGV[7], 7
 local full = #digests / 8
--- PEXPIRE … GT (Redis 7) extends an expiry in one call; a key this script made has one.
-local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
-for k, key in ipairs(KEYS) do
-  local g, d = '', ''
-  if string.byte(mask, k) == 103 then  -- 'g'
-    at = at + 1
-    g = ARGV[at]
-  end
-  if k <= full then d = string.sub(digests, 8 * k - 7, 8 * k) end
-  local fresh, old = false, nil
-  if d ~= '' then
-    local from, to = digest_key(d)
-    old = redis.call('ZRANGEBYLEX', key, from, to, 'LIMIT', 0, 1)[1]
-    if g ~= '' then
-      -- Groups first: a digest member never stands without its block's.
-      redis.call('ZADD', key, 0, g .. '\0#' .. hex(d))
-      fresh = upsert(key, '\1' .. d, old)
-    elseif old then
-      upsert(key, '\1' .. d, old)
-    else
+-- Nodes with a new member are swept last, once this write's values are set (a sweep drops a
+-- block whose value is missing or old).
+local sets, swept = {}, {}
+if full > 0 then
+  local fields = {}
+  for k = 1, full do fields[k] = string.sub(digests, 8 * k - 7, 8 * k) end
+  local olds = redis.call('HMGET', vals, unpack(fields))
+  for k = 1, full do
+    local key, old, stored = KEYS[k], olds[k], true
+    if string.byte(mask, k) == 103 then  -- 'g': the groups are given
+      at = at + 1
+      if redis.call('ZADD', key, 0, ARGV[at] .. '\0#' .. hex(fields[k])) == 1 then
+        swept[#swept + 1] = key
+      end
+      extend(key)
+    elseif not (extend(key) and old) then
       missing[#missing + 1] = k
+      stored = false
     end
-  else
-    old = redis.call('ZRANGEBYLEX', key, '[' .. g .. '\0', '(' .. g .. '\1', 'LIMIT', 0, 1)[1]
-    fresh = upsert(key, g, old)
+    if stored and (not old or when(old) <= now) then
+      sets[#sets + 1] = fields[k]
+      sets[#sets + 1] = value
+    end
   end
-  if fresh and limit > 0 then sweep(key) end
-  if old and gt then
-    redis.call('PEXPIRE', key, px, 'GT')
-  else
-    local pttl = redis.call('PTTL', key)
-    if pttl >= -1 and pttl < px then redis.call('PEXPIRE', key, px) end
+end
+if n > full and string.byte(mask, n) == 103 then  -- a partial block's groups are always given
+  local key = KEYS[n]
+  at = at + 1
+  local g = ARGV[at]
+  local old = redis.call('ZRANGEBYLEX', key, '[' .. g .. '\0', '(' .. g .. '\1', 'LIMIT', 0, 1)[1]
+  if not (old and when(string.sub(old, #g + 2)) > now) then
+    -- Add before removing: a set emptied for a moment would lose its key's longer expiry.
+    redis.call('ZADD', key, 0, g .. '\0' .. value)
+    if old and old ~= g .. '\0' .. value then redis.call('ZREM', key, old) end
+    if not old then swept[#swept + 1] = key end
   end
+  extend(key)
+end
+local new_values = 0
+if #sets > 0 then
+  new_values = redis.call('HSET', vals, unpack(sets))
+  extend(vals)
+end
+if limit > 0 then
+  for _, key in ipairs(swept) do sweep(key) end
+  if new_values > 0 then sweep_values() end
 end
 return missing
 """
