@@ -360,10 +360,28 @@ def test_hot_nodes_sweep_dead_children(redis_url: str, redis_server: Any) -> Non
         index.insert("s", [*system, i, i + 1, i + 2, i + 3], now=float(i), ttl=10)
     with redis_server.client() as c:
         sizes = [c.zcard(k) for k in c.keys("cachewarden:*:n:*")]
+        # The scope's values hash too (400 blocks written under the system prompt, 11 live).
+        (values,) = c.keys("cachewarden:*:v")
+        values_size = c.hlen(values)
     assert max(sizes) <= 2 * 64 + 2 * 11 + 1
+    assert values_size <= 2 * 64 + 11 + 1
     m = index.lookup("s", [*system, 399, 400, 401, 402], now=400, ttl=10)
     assert (m.common_prefix_tokens, m.held_prefix_tokens) == (8, 8)
     assert index.lookup("s", [*system, 3, 4, 5, 6], now=400, ttl=0).held_prefix_tokens == 4  # swept
+
+
+def test_the_values_hash_is_swept(redis_url: str, redis_server: Any) -> None:
+    # Many conversations of one scope, none sharing a block after the first: no node gets hot, but
+    # the scope's values hash holds every full block's value and must be swept by itself.
+    index = _index(redis_server, block_size=4, sweep_fields=64, expired_window_seconds=0)
+    for i in range(400):
+        index.insert("s", list(range(16 * i, 16 * i + 16)), now=float(i), ttl=10)
+    with redis_server.client() as c:
+        (values,) = c.keys("cachewarden:*:v")
+        size = c.hlen(values)
+    assert size <= 2 * 64 + 4 * 11 + 1  # 4 full blocks a prompt, 11 prompts live at the end
+    assert index.lookup("s", list(range(16 * 399, 16 * 400)), now=400, ttl=10).held_prefix_tokens == 16
+    assert index.lookup("s", list(range(16 * 3, 16 * 4)), now=400, ttl=0).held_prefix_tokens <= 4
 
 
 def test_open_index_urls(redis_server: Any) -> None:
