@@ -11,8 +11,9 @@ A body ``load`` grew from the very body the conversation's run was read from res
 without a dump or a compare of its items: they are that body's objects. So bodies that ``load``
 returns and ``parse`` reads are read-only (the proxy and ``replay`` never change them), as the
 splice already requires. The basis a prompt gets names only segments that are the earlier
-prompt's: the items' segments taken over as objects, and a re-read head (tools, system) found
-equal; the counter and attribution take it without walking the history again.
+prompt's: the items' segments taken over as objects, and the head (tools, system) taken over too
+when its fields are the earlier body's objects (``earlier_head``: a grown body's are), else
+re-read and found equal; the counter and attribution take it without walking the history again.
 
 A conversation is named by its first two items (system prompt and first user turn, typically):
 bodies that share them resume from each other, which is always correct and usually the same
@@ -183,6 +184,11 @@ class ConversationReader:
         ):
             previous = replace(previous, same=grown[2])
         resume = Resume(previous=previous)
+        if held is not None:
+            # The earlier body's head, taken over as objects where this body's head fields are
+            # that body's own (``earlier_head``): then ``_shared_head`` below finds them by identity.
+            earlier = held[1].segments
+            resume.head = (held[2], earlier[: len(earlier) - len(held[0].segments)])
         prompt = parse_request(body, provider, model=model, resume=resume)
         run = resume.run
         if run is None:

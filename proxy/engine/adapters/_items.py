@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from cachewarden.proxy.engine.prompt import Segment
@@ -73,13 +73,41 @@ _CLOSED = (b"}", b"]", b'"', b"e", b"l")
 
 @dataclass(slots=True)
 class Resume:
-    """A parse's link to the previous body of its conversation: ``previous`` in, ``run`` out."""
+    """A parse's link to the previous body of its conversation: ``previous`` in, ``run`` out.
+    ``head``: the previous body and the segments of its head (what precedes the items' segments:
+    tools, schema, top-level system), for ``earlier_head``."""
 
     previous: ItemRun | None = None
     run: ItemRun | None = None
+    head: tuple[Mapping[str, Any], tuple[Segment, ...]] | None = None
+
+
+def earlier_head(
+    body: Mapping[str, Any], resume: Resume | None, keys: Sequence[str]
+) -> tuple[Segment, ...] | None:
+    """The previous body's head segments when ``body``'s head fields (``keys``: every field the
+    adapter reads its head from) are the very objects the previous body held, else None (read it).
+
+    Bodies a ``ConversationReader`` reads are read-only, and one grown from the previous body by
+    parsing what it appends shares that body's other values as objects: the same objects read by
+    the same adapter give the same segments, so an agent's tools and system prompt are not
+    dumped and digested again on every turn (~0.15 ms for 14 tools)."""
+    if resume is None or resume.head is None:
+        return None
+    earlier, segments = resume.head
+    for key in keys:
+        if body.get(key) is not earlier.get(key):
+            return None
+    return segments
 
 
 ItemReader = Callable[[Any, int, Carry], Sequence[Segment]]
+
+
+def carried_in(run: ItemRun) -> Carry:
+    """The state the run's first item was read with: ``read_items`` keeps its log in the context."""
+    _, log = cast(tuple[Hashable, tuple[tuple[str, str], ...]], run.context)
+    return Carry(log)
 
 
 def first_difference(a: bytes, b: bytes) -> int:

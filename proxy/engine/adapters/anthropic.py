@@ -34,7 +34,7 @@ from ._body import (
     strip_meta,
     strip_meta_deep,
 )
-from ._items import Carry, Resume, read_items
+from ._items import Carry, Resume, carried_in, earlier_head, read_items
 
 # Anthropic bills an image about (width * height) / 750 tokens, and scales images down to about
 # 1.15 megapixels first, so ~1600 tokens is the ceiling. Without readable dimensions (URL or file
@@ -259,6 +259,40 @@ def _message_segments(value: Any, i: int, carry: Carry) -> list[Segment]:
 def parse_anthropic(body: Obj, model: str | None = None, resume: Resume | None = None) -> Prompt:
     """Read a Messages body (``model`` is the fallback when the body has none, e.g. Bedrock invoke);
     ``resume`` reads the messages from where they differ from the previous body's (``read_items``)."""
+    previous = resume.previous if resume is not None else None
+    reused = earlier_head(body, resume, _HEAD_KEYS)
+    if reused is not None and previous is not None:
+        # The state the head left for the items (deferred tools, citations): the earlier run's.
+        flags = _Flags(carried_in(previous))
+        head = list(reused)
+    else:
+        flags, head = _head(body)
+    segments, carried, run = read_items(
+        req_list(body, "messages", ""),
+        _message_segments,
+        context="anthropic",
+        carry=flags.carry,
+        previous=previous,
+    )
+    if resume is not None:
+        resume.run = run
+    flags.citations = flags.citations or _Flags(carried).citations
+    return Prompt(
+        provider="anthropic",
+        model=read_model(body, model),
+        segments=(*head, *segments),
+        params=_params(body, flags),
+        auto_cache=cache_control(body, ""),
+        stream=bool(opt_bool(body, "stream", "")),
+    )
+
+
+# Every field the head (what precedes the messages' segments) is read from.
+_HEAD_KEYS = ("tools", "system")
+
+
+def _head(body: Obj) -> tuple[_Flags, list[Segment]]:
+    """The tools' and system prompt's segments, and what they reveal to the messages (``_Flags``)."""
     flags = _Flags()
     head: list[Segment] = []
     for i, value in enumerate(opt_list(body, "tools", "") or []):
@@ -277,21 +311,4 @@ def parse_anthropic(body: Obj, model: str | None = None, resume: Resume | None =
     elif system is not None:
         for i, block in enumerate(as_list(system, "system")):
             head.append(_block_segment(block, at("system", i), None, None, flags))
-    segments, carried, run = read_items(
-        req_list(body, "messages", ""),
-        _message_segments,
-        context="anthropic",
-        carry=flags.carry,
-        previous=resume.previous if resume is not None else None,
-    )
-    if resume is not None:
-        resume.run = run
-    flags.citations = flags.citations or _Flags(carried).citations
-    return Prompt(
-        provider="anthropic",
-        model=read_model(body, model),
-        segments=(*head, *segments),
-        params=_params(body, flags),
-        auto_cache=cache_control(body, ""),
-        stream=bool(opt_bool(body, "stream", "")),
-    )
+    return flags, head

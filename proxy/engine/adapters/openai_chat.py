@@ -6,7 +6,7 @@ cache-affecting parameters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,7 +33,7 @@ from ._body import (
     req_str,
     strip_meta,
 )
-from ._items import Carry, Resume, read_items
+from ._items import Carry, Resume, earlier_head, read_items
 
 # OpenAI images: the documented rules per model (engine/images.py), from the image's own header
 # when it is inline; 85 / 765 are GPT-4o's low detail and 1024 x 1024 figures.
@@ -256,13 +256,19 @@ def _legacy_functions(body: Obj) -> list[Segment]:
     return segments
 
 
+# Every field the head (what precedes the messages' segments) is read from.
+_HEAD_KEYS = ("tools", "functions", "response_format")
+
+
 def parse_chat(body: Obj, model: str | None = None, resume: Resume | None = None) -> Prompt:
     """Read a Chat Completions body (``model`` is the fallback when the body has none, e.g. Azure);
     ``resume`` reads the messages from where they differ from the previous body's (``read_items``)."""
-    head = tool_segments(body, _chat_tool_name) + _legacy_functions(body)
-    schema = schema_segment(opt_obj(body, "response_format", ""), "response_format")
-    if schema is not None:
-        head.append(schema)
+    head: Sequence[Segment] | None = earlier_head(body, resume, _HEAD_KEYS)
+    if head is None:
+        head = tool_segments(body, _chat_tool_name) + _legacy_functions(body)
+        schema = schema_segment(opt_obj(body, "response_format", ""), "response_format")
+        if schema is not None:
+            head.append(schema)
     name = read_model(body, model)
 
     def read(message: Any, i: int, calls: Carry) -> list[Segment]:

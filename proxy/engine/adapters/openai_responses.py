@@ -22,7 +22,7 @@ from ._body import (
     req_str,
     strip_meta,
 )
-from ._items import Carry, Resume, read_items
+from ._items import Carry, Resume, earlier_head, read_items
 from .openai_chat import (
     forced_function,
     image_tokens,
@@ -140,18 +140,29 @@ def _list_of_objs(item: Obj, key: str, path: str) -> list[Obj]:
     return [as_obj(v, at(at(path, key), j)) for j, v in enumerate(as_list(value, at(path, key)))]
 
 
+# Every field the head (what precedes the input items' segments) is read from.
+_HEAD_KEYS = ("tools", "text", "instructions")
+
+
 def parse_responses(body: Obj, model: str | None = None, resume: Resume | None = None) -> Prompt:
     """Read a Responses body (``model`` is the fallback when the body has none); ``resume`` reads the
     input items from where they differ from the previous body's (``read_items``)."""
-    segments = tool_segments(body, _tool_name)
-    text_config = opt_obj(body, "text", "")
-    if text_config is not None:
-        schema = schema_segment(opt_obj(text_config, "format", "text"), "text.format")
-        if schema is not None:
-            segments.append(schema)
-    name = read_model(body, model)
     instructions = body.get("instructions")
-    if isinstance(instructions, str):
+    # Instruction items read with the model and carry calls to the input: only text is taken over.
+    reused = (
+        earlier_head(body, resume, _HEAD_KEYS)
+        if instructions is None or isinstance(instructions, str)
+        else None
+    )
+    segments = list(reused) if reused is not None else tool_segments(body, _tool_name)
+    if reused is None:
+        text_config = opt_obj(body, "text", "")
+        if text_config is not None:
+            schema = schema_segment(opt_obj(text_config, "format", "text"), "text.format")
+            if schema is not None:
+                segments.append(schema)
+    name = read_model(body, model)
+    if isinstance(instructions, str) and reused is None:
         segments.append(Segment("instructions", "system", instructions))
     calls = Carry()
     if instructions is not None and not isinstance(instructions, str):
