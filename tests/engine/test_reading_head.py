@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from cachewarden.proxy.engine import reading
 from cachewarden.proxy.engine.adapters import (
     anthropic,
     load_body,
@@ -120,3 +121,28 @@ def test_tools_changed_between_turns_are_read_again() -> None:
         raw = chat(turns, tools)
         got = reader.parse(reader.load(raw, tenant="t"), "openai-chat", tenant="t")
         assert got == parse_request(load_body(raw), "openai-chat"), turns
+
+
+def test_a_grown_body_is_named_by_the_body_it_grew_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its conversation's key is the earlier body's (the naming items are the same objects), not
+    a dump and hash of its system prompt again; a body parsed whole is named by its items."""
+    named: list[int] = []
+    real = reading._conversation
+
+    def counted(*args: Any) -> Any:
+        named.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(reading, "_conversation", counted)
+    reader = ConversationReader()
+    for turns in range(2, 7):
+        raw = chat(turns)
+        got = reader.parse(reader.load(raw, tenant="t"), "openai-chat", tenant="t")
+        assert got == parse_request(load_body(raw), "openai-chat")
+        assert turns == 2 or got.basis is not None
+    assert len(named) == 1
+    # Another tenant's reader state is its own: the same bytes are named afresh there.
+    other = reader.parse(reader.load(chat(7), tenant="u"), "openai-chat", tenant="u")
+    assert other.basis is None and len(named) == 2
+    reader.parse(load_body(chat(8)), "openai-chat", tenant="t")
+    assert len(named) == 3
