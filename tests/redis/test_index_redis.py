@@ -603,3 +603,17 @@ def test_interleaved_conversations_of_one_scope_are_prepared_as_from_scratch(
         want = RedisIndex(redis.Redis(port=1), block_size=4, secret=b"s")._prepare("scope", toks)
         assert (got.chain, got.members, got.nodes) == (want.chain, want.members, want.nodes)
         last[first] = toks
+
+
+def test_common_tokens_is_the_longest_common_prefix() -> None:
+    import random
+
+    from cachewarden.proxy.engine.index.redis import _common_tokens
+
+    rng = random.Random(5)
+    for _ in range(3000):
+        a = [rng.randrange(3) for _ in range(rng.randrange(40))]
+        b = a[: rng.randrange(len(a) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(40))]
+        lcp = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        start, known = rng.randrange(lcp + 1), rng.randrange(lcp + 1)
+        assert _common_tokens(a, b, start, known) == lcp

@@ -60,7 +60,6 @@ import uuid
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import redis
@@ -86,6 +85,7 @@ _BLOCK_CACHE = 4096
 _STORED = 1 << 16  # chain digests of full blocks known to be in Redis (~150 bytes each)
 _TOKEN_MEMO = 1 << 18  # token -> its 4 bytes (a vocabulary is ~200k tokens)
 _STREAMS = 1024  # keystreams of recent nodes, 2 KiB each at 512 tokens a block
+_ROOTS = 4096  # root digests of recent scopes
 # Scopes whose last prompt is kept for the next one to start from. Its tuple is the engine's own
 # (the memory index keeps the same one); its members cost 4 bytes a token (0.8 MiB at 200,000
 # tokens), the same bytes objects from one turn to the next: at most ~50 MiB for 64 such scopes.
@@ -144,12 +144,17 @@ def _encode(toks: Sequence[int]) -> tuple[bytes, Sequence[int]]:
     return b"".join(parts), offsets
 
 
-def _common_tokens(a: Sequence[int], b: Sequence[int], known: int = 0) -> int:
-    """How many tokens ``a`` and ``b`` start with, the first ``known`` being equal already, by
-    bisection over C-speed slice compares (a turn of a conversation shares all of the previous
-    one's partial block but its last few tokens)."""
+def _common_tokens(a: Sequence[int], b: Sequence[int], start: int = 0, known: int = 0) -> int:
+    """How many tokens ``a`` and ``b`` start with, the first ``max(start, known)`` being equal
+    already: a few tokens one by one (a turn of a conversation shares all of the previous one's
+    partial block but the last few tokens the counter made again), then by bisection over
+    C-speed slice compares."""
     hi = min(len(a), len(b))
-    lo = min(max(known, 0), hi)
+    lo = min(max(known, start, 0), hi)
+    for i in range(lo, min(hi, lo + 8)):
+        if a[i] != b[i]:
+            return i
+    lo = min(lo + 8, hi)
     if lo == hi or a[lo:hi] == b[lo:hi]:
         return hi
     hi -= 1
@@ -196,8 +201,9 @@ class _Record:
         self.entry_id = eid.decode()
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared:
+class _Prepared(NamedTuple):
+    """A prompt's blocks as the index sends them (a tuple: made on every request, read-only)."""
+
     scope: str
     toks: tuple[int, ...]
     root: bytes
@@ -271,6 +277,7 @@ class RedisIndex:
         self._blocks_lock = threading.Lock()
         self._last = threading.local()
         self._streams: dict[bytes, bytes] = {}
+        self._roots: dict[str, bytes] = {}  # scope -> its root digest (a keyed hash a request)
         self._scopes: OrderedDict[str, _Prepared] = OrderedDict()
         # The prompts of recent requests by their tuple's id (a prepared one holds its tuple), for
         # the next request of each conversation (``query.derived`` names its earlier tuple).
@@ -294,8 +301,14 @@ class RedisIndex:
     # -- hashing ------------------------------------------------------------------------------------
 
     def _root(self, scope: str) -> bytes:
-        head = b"%s\x00%d\x00" % (_VERSION, self._bs)
-        return self._digest(head + scope.encode("utf-8", "surrogatepass"))
+        root = self._roots.get(scope)
+        if root is None:
+            head = b"%s\x00%d\x00" % (_VERSION, self._bs)
+            root = self._digest(head + scope.encode("utf-8", "surrogatepass"))
+            with self._blocks_lock:
+                self._roots[scope] = root
+                _trim(self._roots, _ROOTS)
+        return root
 
     def _digest(self, data: bytes) -> bytes:
         return hashlib.blake2b(data, digest_size=_DIGEST, key=self._key).digest()
@@ -321,13 +334,15 @@ class RedisIndex:
         here if a token is not in the memo."""
         part = block[start:]
         parts = list(map(self._memo.get, part))  # in C: most tokens are known
-        if None in parts:
+        try:
+            raw = b"".join(parts)  # type: ignore[arg-type]
+        except TypeError:  # a token not in the memo (None)
             data, offsets = encoded if encoded is not None else _encode(block)
             for i, got in enumerate(parts):
                 if got is None:
                     t = start + i
                     parts[i] = self._token(block[t], data[offsets[t] : offsets[t + 1]])
-        raw = b"".join(parts)  # type: ignore[arg-type]
+            raw = b"".join(parts)  # type: ignore[arg-type]
         size = len(raw)
         at = start * _GROUP
         stream = self._stream(node)[at : at + size]
@@ -404,7 +419,7 @@ class RedisIndex:
             block = key[full * bs :]
             kept = 0  # tokens of the earlier prompt's partial block this one starts with
             if earlier is not None and shared == full and len(earlier.members) > full:
-                kept = _common_tokens(block, earlier.toks[full * bs :], same - full * bs)
+                kept = _common_tokens(key, earlier.toks, full * bs, same) - full * bs
             head = earlier.members[full][: kept * _GROUP] if earlier is not None and kept else b""
             members.append(head + self._groups(chain[full], block, start=kept))
         if fresh:
