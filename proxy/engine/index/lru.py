@@ -17,7 +17,7 @@ import itertools
 import threading
 from collections import OrderedDict
 
-from .trie import _bump_newest, _Entry, _fan_nodes, _fan_remove, _Node, _Stamp
+from .trie import _bump_newest, _Entry, _fan_remove, _kid_nodes, _newest_kid, _Node, _Stamp
 
 
 class _Held:
@@ -153,7 +153,7 @@ class _Held:
         while stack:
             n = stack.pop()
             if n.kids is not None:
-                stack.extend(_fan_nodes(n.kids))
+                stack.extend(_kid_nodes(n.kids))
             del self._nodes[n.key]
             self._tokens -= len(n.tokens)
             stamp = n.stamp
@@ -192,10 +192,11 @@ class _Held:
                         seen += 1
                         tokens += len(n.tokens)
                     if n.kids is not None:
-                        kids = _fan_nodes(n.kids)
+                        kids = _kid_nodes(n.kids)
                         assert kids, "empty fan left behind"
-                        assert n.kids.newest is not None
-                        assert max(k.last_seen for k in kids) == n.kids.newest.last_seen
+                        newest = _newest_kid(n.kids)
+                        assert newest is not None
+                        assert max(k.last_seen for k in kids) == newest.last_seen
                         assert all(k.parent is n for k in kids)
                         stack.extend(kids)
             assert seen == len(self._nodes), (seen, len(self._nodes))
@@ -244,6 +245,8 @@ def _newest(node: _Node) -> None:
     parent = node.parent
     assert parent is not None and parent.kids is not None  # held nodes have a parent
     kids = parent.kids
+    if isinstance(kids, _Node):
+        return  # the one child is its parent's newest
     if kids.split is None:
         newest = kids.newest
         if newest is None or node.last_seen >= newest.last_seen:

@@ -40,7 +40,7 @@ from typing import cast
 from .base import NO_MATCH, IndexStats, Match, PrefixIndex
 from .lru import _Held
 from .query import _packed, _Query, _query, cached_query
-from .trie import _Entry, _extend, _Fan, _fan_add, _Node, _pack, _Stamp
+from .trie import _add_kid, _Entry, _extend, _Node, _pack, _Stamp
 
 __all__ = ["NO_MATCH", "IndexStats", "Match", "MemoryIndex", "PrefixIndex"]
 
@@ -322,9 +322,7 @@ class MemoryIndex(_Held):
                 fresh.end += 1
                 nodes[key] = node
                 self._tokens += len(packed)
-                if cur.kids is None:
-                    cur.kids = _Fan(0)
-                _fan_add(cur.kids, node)
+                _add_kid(cur, node)
             elif node.parent is not cur or node.tokens != _pack(block):
                 # A 64-bit key collision: keep the prefix stored so far rather than share a wrong node.
                 break

@@ -1,7 +1,8 @@
 """The blocks of the in-memory prefix index (``_Node``) and the burst tries that hold their children.
 
 A node is one distinct block of a held prompt (its tokens packed by ``_pack``); its children are the
-blocks that follow it in some held prompt. Those children sit in a small burst trie (``_Fan``) keyed
+blocks that follow it in some held prompt. A node with one child (most of them: a conversation's
+path is a chain) holds it directly; from the second on they sit in a small burst trie (``_Fan``) keyed
 by the token at each depth, so a node with many children (many tails diverging mid-block after a
 shared system prompt) still costs a few dict probes, not a scan. Each fan knows its most recently
 seen child (``newest``): ``_extend``, the exact token-by-token extension of a lookup into the block
@@ -73,7 +74,10 @@ class _Node:
         self.tokens = tokens
         self.stamp = stamp
         self.pos = 0
-        self.kids: _Fan | None = None
+        # Its children: none, the one child itself (most nodes: a conversation's path is a chain,
+        # and a fan of one is two more objects to allocate and for the collector to traverse), or
+        # a fan once a second child comes.
+        self.kids: _Fan | _Node | None = None
         self.ends: _Entry | None = None
         self.marks: dict[tuple[int, ...], float] | None = None
 
@@ -120,6 +124,10 @@ def _extend(parent: _Node, q: Sequence[int], t: float) -> tuple[int, int, _Node 
 
     Returns (held tokens, live tokens, the most recently seen child achieving the held length)."""
     fan = parent.kids
+    if isinstance(fan, _Node):  # one child: what a fan of one would answer
+        n = _lcp(fan.tokens, q, 0)
+        return n, n if fan.last_seen >= t else 0, fan
+    assert fan is None or isinstance(fan, _Fan)
     held = live = 0
     best: _Node | None = None
     while fan is not None:
@@ -142,6 +150,35 @@ def _extend(parent: _Node, q: Sequence[int], t: float) -> tuple[int, int, _Node 
             break
         fan = fan.split.get(q[d])
     return held, live, best
+
+
+def _add_kid(parent: _Node, node: _Node) -> None:
+    """Hang ``node`` below ``parent``: as its one child, or in its fan (made at the second child)."""
+    kids = parent.kids
+    if kids is None:
+        parent.kids = node
+        return
+    if isinstance(kids, _Node):
+        fan = _Fan(0)
+        _fan_add(fan, kids)
+        parent.kids = kids = fan
+    assert isinstance(kids, _Fan)
+    _fan_add(kids, node)
+
+
+def _kid_nodes(kids: _Fan | _Node | None) -> list[_Node]:
+    """Every child, whatever holds them."""
+    if kids is None:
+        return []
+    if isinstance(kids, _Node):
+        return [kids]
+    assert isinstance(kids, _Fan)
+    return _fan_nodes(kids)
+
+
+def _newest_kid(kids: _Fan | _Node) -> _Node | None:
+    """The most recently seen child."""
+    return kids if isinstance(kids, _Node) else kids.newest
 
 
 def _fan_add(fan: _Fan, node: _Node) -> None:
@@ -178,6 +215,7 @@ def _fan_split(fan: _Fan) -> None:
 
 def _fan_path(parent: _Node, node: _Node) -> list[_Fan]:
     fan = parent.kids
+    assert not isinstance(fan, _Node)  # a fan's path (one child alone has none)
     path: list[_Fan] = []
     while fan is not None:
         path.append(fan)
@@ -189,6 +227,8 @@ def _fan_path(parent: _Node, node: _Node) -> list[_Fan]:
 
 def _bump_newest(node: _Node) -> None:
     assert node.parent is not None
+    if node.parent.kids is node:
+        return  # the one child is its own parent's newest
     for fan in _fan_path(node.parent, node):
         newest = fan.newest
         if newest is None or node.last_seen >= newest.last_seen:
@@ -196,6 +236,9 @@ def _bump_newest(node: _Node) -> None:
 
 
 def _fan_remove(parent: _Node, node: _Node) -> None:
+    if parent.kids is node:
+        parent.kids = None
+        return
     path = _fan_path(parent, node)
     path[-1].items.remove(node)
     for i in range(len(path) - 1, -1, -1):
