@@ -230,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CachewardenError as exc:
         print(f"cachewarden: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # the reader of the output left (`| head`): the command line's entry point stops quietly
     except Exception as exc:  # never a traceback from a pre-commit hook: one line, exit 2
         print(f"cachewarden: internal error: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ Each sub-command module exposes ``main(argv) -> int`` (exit 0 ok, 1 findings, 2 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -67,5 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return 2
-    code: int = module.main(rest)
+    try:
+        code: int = module.main(rest)
+    except BrokenPipeError:
+        # `cachewarden lint . | head`: the reader left. Python would print a traceback when it
+        # flushes stdout at exit; point stdout at /dev/null instead and stop quietly, as grep does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code
