@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from .checks_template import check_template
+from .checks_template import PREFIX_RULES, check_template
 from .context import Context
 from .findings import Hit
 from .py_render import render_hits
@@ -30,7 +30,18 @@ def check_python(ctx: Context, module: PyModule) -> Iterator[Hit]:
         else:
             timeline.chain(site.chain)
         here = Context(ctx.source, ctx.settings, model=site.model, provider=site.provider)
-        yield from check_template(here, text, timeline.scan, [(0, len(text))] if site.system else [])
+        system = [(0, len(text))] if site.system else []
+        if site.turn:
+            # The newest user turn: a value in it busts only static text after it that could be
+            # cached if the value moved (the model's minimum or more), and no prefix is asked of it.
+            minimum = here.info.cache.min_tokens
+            yield from (
+                hit
+                for hit in check_template(here, text, timeline.scan, system, volatile_tail=minimum)
+                if hit.code not in PREFIX_RULES
+            )
+        else:
+            yield from check_template(here, text, timeline.scan, system)
         yield from timeline.hits
     for expr in tool_sites(module):
         yield from _tool_order(module, expr, 0)

@@ -16,6 +16,9 @@ from .sources import find_beside
 from .template_scan import OPAQUE_TEMPLATE, Loop, Piece, Scan, dotted, sorted_chain
 from .vocab import ISO_DATETIME, RFC_DATETIME, words
 
+# Rules about what a cached prefix holds (a value before static text the cache could serve, its
+# length): not for a user turn, whose text comes after the cached prefix.
+PREFIX_RULES = frozenset({"CW301", "CW401", "CW402"})
 _VOLATILE_CODE = {"timestamp": "CW101", "unique-id": "CW102", "random": "CW103"}
 _ITEMS_FIX = {"items": "|dictsort", "keys": "|dictsort|map('first')", "values": "|dictsort|map('last')"}
 _CLOCK = re.compile(r"\d:\d\d")
@@ -42,7 +45,15 @@ def system_ranges(text: str, whole: bool, scan: Scan) -> list[tuple[int, int]]:
     return ranges
 
 
-def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, int]]) -> Iterator[Hit]:
+def check_template(
+    ctx: Context,
+    text: str,
+    scan: Scan,
+    system: list[tuple[int, int]],
+    volatile_tail: int = limits.VOLATILE_TAIL_TOKENS,
+) -> Iterator[Hit]:
+    """``volatile_tail``: the static tokens after a volatile value that make it a finding (a few:
+    the value is not at the very end; more for a user turn, see ``checks_python``)."""
     pieces = scan.pieces
     # Token counts matter only after a volatile or per-request value: a file without one (most
     # Markdown) is never tokenized.
@@ -62,7 +73,7 @@ def check_template(ctx: Context, text: str, scan: Scan, system: list[tuple[int, 
     else:
         for i in range(len(pieces) - 1, -1, -1):
             after[i] = after[i + 1] + static_tokens[i]
-    yield from _volatile(pieces, after, system)
+    yield from _volatile(pieces, after, system, volatile_tail)
     yield from _literals(text, pieces)
     yield from _serialisation(ctx, scan)
     for loop in scan.loops:
@@ -93,7 +104,9 @@ def _include_tokens(ctx: Context, name: str) -> int:
     return ctx.tokens(found[1]) if found is not None else limits.VOLATILE_TAIL_TOKENS
 
 
-def _volatile(pieces: list[Piece], after: list[int], system: list[tuple[int, int]]) -> Iterator[Hit]:
+def _volatile(
+    pieces: list[Piece], after: list[int], system: list[tuple[int, int]], volatile_tail: int
+) -> Iterator[Hit]:
     # In a user turn, after this request's own input where it belongs (the task, with too little
     # static text after it for CW301 to ask for a move), the text differs on every request anyway:
     # a clock or a count further on costs nothing more. Not in the instructions, where what follows
@@ -109,7 +122,7 @@ def _volatile(pieces: list[Piece], after: list[int], system: list[tuple[int, int
             continue
         if varied and severity(piece.frequency) is None:
             continue
-        if after[i + 1] >= limits.VOLATILE_TAIL_TOKENS:
+        if after[i + 1] >= volatile_tail:
             # A field of a template loaded at run time: how much of it follows is not known here.
             opaque = any(p.include == OPAQUE_TEMPLATE for p in pieces[i + 1 :])
             tokens: int | str = "an unknown number of" if opaque else after[i + 1]

@@ -102,6 +102,9 @@ class Site:
     model: str | None = None
     provider: str = "openai-chat"
     placeholders: bool = False
+    # Sent only as the conversation's newest user turn (``_user_turn_only``): what follows a value in
+    # it is not cached on this call, and it is history, unchanged, on the next.
+    turn: bool = False
 
 
 def sdk_provider(node: ast.Call) -> str | None:
@@ -244,7 +247,9 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
     for (_, name), bindings in module.bindings.items():
         if prompt_name(name):
             for chain in _chains(bindings):
-                yield from once(Site(None, chain, system=_is_system(name)))
+                scope = module.scope_of(chain[0].stmt)
+                user_turn = not _is_system(name) and _user_turn_only(module, name, scope)
+                yield from once(Site(None, chain, system=_is_system(name), turn=user_turn))
     for assign in module.of_type(ast.Assign):
         target = assign.targets[0] if len(assign.targets) == 1 else None
         if isinstance(target, ast.Attribute) and prompt_name(target.attr):
@@ -367,9 +372,79 @@ def _call_sites(module: PyModule, node: ast.Call, provider: str | None) -> Itera
         for k in node.keywords:
             if k.arg in _MESSAGE_TEXT:
                 yield Site(k.value, system=True)
+    turn = isinstance(node.func, ast.Attribute) and node.func.attr in _TURN_METHODS
     for k in node.keywords:
-        if k.arg and prompt_name(k.arg) and provider is None:
+        if k.arg and prompt_name(k.arg) and provider is None and not turn:
             yield Site(k.value, system=_is_system(k.arg))
+
+
+# An agent's run / chat methods take the task as the conversation's newest user message (swarms'
+# `agent.run(task)`, pydantic-ai's `run_sync`, AutoGen's `initiate_chat(message=...)`, LangChain's
+# `invoke`): nothing after it is cached on the call that sends it, and it is history, sent unchanged,
+# on the next one. A clock or a count in it busts nothing.
+_TURN_METHODS = frozenset(
+    {
+        "run",
+        "arun",
+        "run_sync",
+        "run_async",
+        "run_stream",
+        "invoke",
+        "ainvoke",
+        "chat",
+        "achat",
+        "astream_chat",
+        "stream_chat",
+        "step",
+        "astep",
+        "ask",
+        "aask",
+        "send_message",
+        "generate_reply",
+        "a_generate_reply",
+        "initiate_chat",
+        "a_initiate_chat",
+    }
+)
+_TURN_KEYWORDS = frozenset({"task", "message", "input", "query", "question", "user_input", "content"})
+_INPUT_KEYS = ("input", "user_input", "question", "query", "task")
+_USER_ROLES = frozenset({"user", "human"})
+_USER_MESSAGES = frozenset({"HumanMessage", "UserMessage", "ChatMessageUser", "UserPromptPart"})
+
+
+def _user_turn_only(module: PyModule, name: str, scope: ast.AST) -> bool:
+    """Whether every use of ``name`` in the function that binds it sends it as the newest user turn:
+    an agent's task (``_TURN_METHODS``), ``{"role": "user", "content": name}``, ``HumanMessage(name)``,
+    a chain's or agent's input mapping (``{"input": name}``).
+    A prompt-named local used only so is the request's own input, not its cached part (see
+    ``checks_python``: only a static block that could be cached on its own still counts)."""
+    if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False  # a module or class constant: an agent's instructions, whatever it is passed to
+    loads = turns = 0
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name):
+            loads += node.id == name and isinstance(node.ctx, ast.Load)
+        elif isinstance(node, ast.Call):
+            turns += _turn_arguments(node, name)
+        elif isinstance(node, ast.Dict):
+            role, content = _get(node, "role"), _get(node, "content")
+            user = isinstance(role, ast.Constant) and role.value in _USER_ROLES
+            turns += user and isinstance(content, ast.Name) and content.id == name
+            # `chain.invoke({"input": prompt})`, `prompt_agent(prompt_args={"user_input": prompt})`
+            inputs = (_get(node, key) for key in _INPUT_KEYS)
+            turns += sum(isinstance(v, ast.Name) and v.id == name for v in inputs)
+    return loads > 0 and loads == turns
+
+
+def _turn_arguments(call: ast.Call, name: str) -> int:
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in _TURN_METHODS:
+        taken = [*call.args[:1], *(k.value for k in call.keywords if k.arg in _TURN_KEYWORDS)]
+    elif callee(call) in _USER_MESSAGES:
+        taken = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "content")]
+    else:
+        return 0
+    return sum(isinstance(arg, ast.Name) and arg.id == name for arg in taken)
 
 
 def tool_sites(module: PyModule) -> Iterator[ast.expr]:

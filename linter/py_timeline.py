@@ -37,7 +37,7 @@ from .py_source import (
     local_function,
     return_value,
 )
-from .py_values import Values
+from .py_values import Values, evaluated_at
 from .template_scan import OPAQUE_TEMPLATE, Piece, Scan, field_piece
 from .vocab import words
 
@@ -258,8 +258,16 @@ class Timeline:
         returned = return_value(func) if func is not None else None
         if func is None or returned is None or id(func) in self._expanding:
             return False
+        first = len(self.scan.pieces)
         with following(func, call, self._expanding, self._params):
             self.text(returned)
+        frozen = evaluated_at(self.m, call)
+        if frozen is not None:
+            # Called while a module constant or an object is built: whatever clock the function
+            # reads is read once then (`PROMPT = f"..{stamp()}.."`), as for a call in place.
+            for piece in self.scan.pieces[first:]:
+                if piece.volatile is not None:
+                    piece.frequency = frozen
         return True
 
     def _opaque_format(self, call: ast.Call) -> None:
@@ -279,12 +287,16 @@ class Timeline:
             return False  # nothing volatile in it: the call is judged here, by what it is passed
         start, end = self.m.span(call)
         head = _label(self.m.segment(call))
+        frozen = evaluated_at(self.m, call)  # see _local
         for piece in pieces:
             if piece.static:
                 self.scan.pieces.append(replace(piece, start=start, end=start))
             else:
                 label = f"{head} → {piece.label}" if piece.volatile else head
-                self.scan.pieces.append(replace(piece, start=start, end=end, label=label))
+                frequency = frozen if frozen is not None and piece.volatile else piece.frequency
+                self.scan.pieces.append(
+                    replace(piece, start=start, end=end, label=label, frequency=frequency)
+                )
         return True
 
     def _text_name(self, node: ast.expr) -> bool:

@@ -201,7 +201,7 @@ class Values:
             kind = _MODULE_KINDS[receiver]
         if kind is None and name == "len" and node.args and not self._constant(node.args[0]):
             arg = dotted(node.args[0])
-            kind = "unique-id" if arg and is_per_request(arg) else None  # a turn counter
+            kind = "unique-id" if arg and _turn_collection(arg) else None  # a turn counter
         if kind is None:
             return None
         frequency: Frequency = "day" if name in _DAILY_CALLS else "request"
@@ -326,13 +326,17 @@ class Values:
         return True
 
     def _evaluated(self, node: ast.AST) -> Frequency | None:
-        """ "process" when computed at import, "instance" in ``__init__``, None inside a function."""
-        for parent in self.m.ancestors(node):
-            if isinstance(parent, ast.Lambda):
-                return None
-            if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
-                return "instance" if parent.name == "__init__" else None
-        return "process"
+        return evaluated_at(self.m, node)
+
+
+def evaluated_at(module: PyModule, node: ast.AST) -> Frequency | None:
+    """ "process" when computed at import, "instance" in ``__init__``, None inside a function."""
+    for parent in module.ancestors(node):
+        if isinstance(parent, ast.Lambda):
+            return None
+        if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
+            return "instance" if parent.name == "__init__" else None
+    return "process"
 
 
 # An agent object and its configuration: set when the agent is built, the same text on every
@@ -364,3 +368,16 @@ def _converts(node: ast.expr) -> bool:
 
 def _label(segment: str) -> str:
     return segment.split("\n")[0][:60]
+
+
+# What a conversation grows by: `len(messages)` counts the turns, so it is new on every request of
+# the conversation. The length of this request's other inputs (`len(chunks)`, `len(documents)`) is
+# as new as they are, and they come with it: not a counter.
+_TURN_COLLECTIONS = frozenset(
+    {"messages", "msgs", "history", "turns", "conversation", "chat", "dialog", "dialogue", "rounds", "steps"}
+)
+
+
+def _turn_collection(name: str) -> bool:
+    ws = words(name.split(".")[-1])
+    return bool(ws) and ws[-1] in _TURN_COLLECTIONS

@@ -18,7 +18,7 @@ from cachewarden.proxy.engine.errors import CachewardenError
 
 from .checks_python import check_python
 from .checks_request import check_body, document_kind
-from .checks_template import check_template, system_ranges
+from .checks_template import PREFIX_RULES, check_template, system_ranges
 from .checks_text import check_text
 from .context import Context
 from .findings import Hit
@@ -142,7 +142,6 @@ def _system_file(path: str) -> bool:
 
 # What a template that opens the cached prefix is judged by: per-request values with static text
 # after them (CW301), and how much of the template comes before the first of them (CW401 / CW402).
-_PREFIX_RULES = frozenset({"CW301", "CW401", "CW402"})
 _TURN_WORDS = frozenset({"user", "human"})
 
 
@@ -240,7 +239,7 @@ def lint_template(ctx: Context) -> Iterator[Hit]:
     if _turn_template(source.path):
         # A user turn is sent once, after the instructions and the history: the static text after
         # its values is never a cached prefix of this request, and is the same history afterwards.
-        hits = (hit for hit in hits if hit.code not in _PREFIX_RULES)
+        hits = (hit for hit in hits if hit.code not in PREFIX_RULES)
     yield from hits
     yield from check_text(source.text, markdown=suffix == ".md")
 
@@ -338,7 +337,7 @@ def _prompt_config_hits(
     for key, node, system, turn in _prompt_strings(root, None, False, False):
         mapper = mapper_of(node)
         for hit in _template_hits(ctx, node.value, False, system, f"{ctx.source.path} ({key})"):
-            if turn and hit.code in _PREFIX_RULES:
+            if turn and hit.code in PREFIX_RULES:
                 continue  # a user turn (see _prompt_strings): as a turn template file
             start, end = mapper(hit.start), mapper(hit.end)
             hits.append(replace(hit, start=start, end=max(start, end), edits=()))
