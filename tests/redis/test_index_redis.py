@@ -24,6 +24,7 @@ redis = pytest.importorskip(
     "redis", reason="the redis package is not installed (pip install 'cachewarden[redis]')"
 )
 from cachewarden.proxy.engine.index.redis import RedisIndex  # noqa: E402
+from cachewarden.proxy.engine.index.redis_scripts import LOOKUP, WRITE  # noqa: E402
 
 
 def _reference_module() -> ModuleType:
@@ -617,3 +618,18 @@ def test_common_tokens_is_the_longest_common_prefix() -> None:
         lcp = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         start, known = rng.randrange(lcp + 1), rng.randrange(lcp + 1)
         assert _common_tokens(a, b, start, known) == lcp
+
+
+def test_script_calls_packed_by_the_index_are_what_redis_py_sends(redis_url: str, redis_server: Any) -> None:
+    # On a channel the index packs its LOOKUP and WRITE calls itself, from node keys packed once;
+    # the bytes must be redis-py's for the same command (a 601-block prompt: two calls a write).
+    index = _index(redis_server, block_size=4, write_behind=True)
+    toks = [*range(2401), 2**40, -5]
+    calls: list[Any] = []
+    index._send = calls.extend  # type: ignore[method-assign]  # the write calls, not sent
+    index.insert("s", toks, now=1.0)
+    calls.extend(next(index._walk("s", toks, 2.0, 300)))
+    assert [c.script.sha for c in calls] == [WRITE.sha, WRITE.sha, LOOKUP.sha]
+    pack = redis.Connection().pack_command
+    for c in calls:
+        assert c.resp == b"".join(pack("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args))

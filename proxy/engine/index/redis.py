@@ -67,7 +67,7 @@ import redis
 from .base import NO_MATCH, IndexStats, Lookup, Marks, Match, insert_after
 from .query import _common_blocks, origin_of
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
-from .redis_writes import Channel, WriteBehind
+from .redis_writes import Channel, Command, WriteBehind, bulk
 
 __all__ = ["RedisIndex"]
 
@@ -103,6 +103,7 @@ class Call(NamedTuple):
     keys: list[bytes]
     args: list[bytes | str | int | float]
     groups: list[bytes] | None = None
+    resp: bytes | None = None  # the call in RESP, for a channel (``_resp``)
 
 
 # A lookup in steps (``RedisIndex._walk``): yields each round trip's calls, is sent their answers.
@@ -183,8 +184,24 @@ def _trim(cache: dict[Any, Any], size: int) -> None:
             del cache[old]
 
 
-def _command(call: Call) -> tuple[Any, ...]:
+def _command(call: Call) -> Command:
+    if call.resp is not None:
+        return call.resp
     return ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+
+
+_HEADS = {script: b"$7\r\nEVALSHA\r\n" + bulk(script.sha.encode()) for script in _SCRIPTS}
+
+
+def _resp(script: Script, keys: Sequence[bytes], args: Sequence[bytes | str | int]) -> bytes:
+    """An EVALSHA in RESP from its keys already packed (``bulk``): what ``_pack`` makes of the
+    command, without packing the keys again on every call (most of a call's arguments)."""
+    n = len(keys)
+    parts = [b"*%d\r\n" % (3 + n + len(args)), _HEADS[script], bulk(b"%d" % n), *keys]
+    for a in args:
+        raw = a if isinstance(a, bytes) else a.encode() if isinstance(a, str) else b"%d" % a
+        parts += (b"$%d\r\n" % len(raw), raw, b"\r\n")
+    return b"".join(parts)
 
 
 def _threshold(now: float, ttl: float) -> float:
@@ -211,6 +228,8 @@ class _Prepared(NamedTuple):
     members: list[bytes]  # one a block, the partial last one included
     nodes: list[bytes]  # the key of the node of each block (its parent's children)
     values: bytes  # the key of the scope's values hash (full blocks' values by digest)
+    packed: list[bytes]  # the nodes' keys, then the values hash's, in RESP (``bulk``)
+    digests: list[bytes]  # the 8-byte digest of each full block (its values field)
 
 
 def _found(
@@ -389,7 +408,7 @@ class RedisIndex:
             earlier = self._by_toks.get(id(origin[0])) if origin is not None else None
             if earlier is None or origin is None or earlier.toks is not origin[0] or earlier.scope != scope:
                 earlier = self._scopes.get(scope)
-        chain, members, nodes = [self._root(scope)], [], []
+        chain, members, nodes, packed = [self._root(scope)], [], [], []
         shared = 0  # full blocks taken from the earlier prompt
         same = 0  # tokens known equal to the earlier prompt's by construction (query.derived)
         if earlier is not None:
@@ -400,6 +419,7 @@ class RedisIndex:
             chain = earlier.chain[: shared + 1]
             members = earlier.members[:shared]
             nodes = earlier.nodes[:shared]
+            packed = earlier.packed[:shared]
         root = chain[0]
         cache, fresh = self._blocks, []
         for k in range(shared, full):
@@ -427,8 +447,12 @@ class RedisIndex:
                 cache.update(fresh)
                 _trim(cache, _BLOCK_CACHE)
         tag = b"%s:{%s}:" % (self._ns, root.hex().encode())
-        nodes.extend(tag + b"n:" + chain[k] for k in range(len(nodes), len(members)))
-        prepared = _Prepared(scope, key, root, chain, members, nodes, tag + b"v")
+        new = [tag + b"n:" + chain[k] for k in range(len(nodes), len(members))]
+        nodes.extend(new)
+        packed.extend(map(bulk, new))
+        packed.append(bulk(tag + b"v"))
+        digests = [c[:_FIELD] for c in chain[1 : full + 1]]
+        prepared = _Prepared(scope, key, root, chain, members, nodes, tag + b"v", packed, digests)
         self._last.value = prepared
         with self._blocks_lock:
             self._scopes[scope] = prepared
@@ -484,13 +508,13 @@ class RedisIndex:
         if not self._pipelined and len(calls) > 1:
             return [self._scripts([call])[0] for call in calls]
         if len(calls) == 1:  # one direct call: no pipeline to set up
-            script, keys, args, _ = calls[0]
+            script, keys, args = calls[0][:3]
             try:
                 return [self._r.evalsha(script.sha, len(keys), *keys, *args)]
             except redis.exceptions.NoScriptError:
                 return [self._r.eval(script.source, len(keys), *keys, *args)]
         pipe = self._r.pipeline(transaction=False)
-        for script, keys, args, _ in calls:
+        for script, keys, args, *_ in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
         try:
             return list(pipe.execute())
@@ -602,12 +626,12 @@ class RedisIndex:
         if not n:
             return NO_MATCH
         prep = self._prepare(scope, toks)
-        nodes, members = prep.chain, prep.members
+        members = prep.members
         t = repr(max(_threshold(now, ttl), -1e300))  # Lua's tonumber cannot read "-inf"
         full = n // bs
         # Full blocks are found by their chain digest; the bytes of a block are needed only where
         # the held ones end, which is most often one of the last two.
-        digests = [nodes[k + 1][:_FIELD] if k < full else b"" for k in range(len(members))]
+        digests = prep.digests
         walked = 0  # full blocks held
         last: _Record | None = None  # the value of the last one
         stop: list[Any] | None = None
@@ -616,8 +640,12 @@ class RedisIndex:
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = prep.nodes[ks.start : ks.stop]
             given = members[max(ks.start, ks.stop - _GIVEN) : ks.stop]
-            blob = b"".join([digests[k] for k in ks if k < full])
-            call = Call(LOOKUP, [*keys, prep.values], [t, self._scan, len(given), blob, *given])
+            blob = b"".join(digests[ks.start : min(ks.stop, full)])
+            args: list[bytes | str | int] = [t, self._scan, len(given), blob, *given]
+            resp = None
+            if self._chan is not None:
+                resp = _resp(LOOKUP, [*prep.packed[ks.start : ks.stop], prep.packed[-1]], args)
+            call = Call(LOOKUP, [*keys, prep.values], list(args), None, resp)
             held, value, stop, dead, dead_live, need_stop, need_dead = (yield [call])[0]
             if held:
                 self._known(digests[s : s + held])
@@ -681,24 +709,26 @@ class RedisIndex:
         if not math.isfinite(now):
             raise ValueError(f"now must be a finite time (got {now!r})")
         prep = self._prepare(scope, toks)
-        nodes, members = prep.chain, prep.members
+        members, digests = prep.members, prep.digests
         px, keep = self._retention_ms(ttl)
         value = b"%s %d %s" % (repr(now).encode(), len(toks), eid.encode())
-        head: list[bytes | str | int | float] = [value, repr(now), px, repr(keep), self._sweep]
+        head: list[bytes | str | int] = [value, repr(now), px, repr(keep), self._sweep]
         calls: list[Call] = []
-        full = len(toks) // self._bs
-        digests = [nodes[k + 1][:_FIELD] if k < full else b"" for k in range(len(members))]
+        full = len(digests)
         stored = self._stored
         # The bytes of a full block already in Redis are left out: a turn of a conversation then
         # sends (and Redis rewrites) a digest and a value per block, not 2 KiB.
-        sent = [b"" if d and d in stored else m for m, d in zip(members, digests, strict=True)]
+        sent = [m if k >= full or digests[k] not in stored else b"" for k, m in enumerate(members)]
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = prep.nodes[ks.start : ks.stop]
-            blob = b"".join([digests[k] for k in ks if k < full])
+            blob = b"".join(digests[ks.start : min(ks.stop, full)])
             mask = bytes([_GIVEN_MASK if sent[k] else _LEFT_MASK for k in ks])
             args = [*head, blob, mask, *(sent[k] for k in ks if sent[k])]
-            calls.append(Call(WRITE, [*keys, prep.values], args, members[ks.start : ks.stop]))
+            resp = None
+            if self._chan is not None:
+                resp = _resp(WRITE, [*prep.packed[ks.start : ks.stop], prep.packed[-1]], args)
+            calls.append(Call(WRITE, [*keys, prep.values], list(args), members[ks.start : ks.stop], resp))
         self._send(calls)
         return eid
 

@@ -15,11 +15,15 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import redis
 
-__all__ = ["Channel", "WriteBehind"]
+__all__ = ["Channel", "Command", "WriteBehind", "bulk"]
+
+# A command: its arguments, or already in RESP (the index packs its script calls itself, from
+# parts it keeps: a node's key is packed once, not on every call through it).
+Command: TypeAlias = tuple[Any, ...] | bytes
 
 
 class WriteBehind:
@@ -110,10 +114,10 @@ class Channel:
         self._conn: Any = None
         self._load = True  # the prelude goes before the next commands
         # One entry per reply still to read: (ticket, or None for a write; its command; its tag).
-        self._queue: deque[tuple[_Ticket | None, tuple[Any, ...], Any]] = deque()
+        self._queue: deque[tuple[_Ticket | None, Command, Any]] = deque()
         self._error: Exception | None = None
 
-    def post(self, commands: list[tuple[Any, ...]], tags: list[Any]) -> None:
+    def post(self, commands: list[Command], tags: list[Any]) -> None:
         with self._lock:
             self._raise_pending_error()
             # Nobody reading (an index that only writes): read what is due before it piles up
@@ -122,7 +126,7 @@ class Channel:
                 self._read_one()
             self._send(commands, [(None, c, t) for c, t in zip(commands, tags, strict=True)])
 
-    def ask(self, commands: list[tuple[Any, ...]]) -> _Ticket:
+    def ask(self, commands: list[Command]) -> _Ticket:
         with self._lock:
             self._raise_pending_error()
             ticket = _Ticket(len(commands))
@@ -177,9 +181,7 @@ class Channel:
             error, self._error = self._error, None
             raise error
 
-    def _send(
-        self, commands: list[tuple[Any, ...]], entries: list[tuple[_Ticket | None, tuple[Any, ...], Any]]
-    ) -> None:
+    def _send(self, commands: list[Command], entries: list[tuple[_Ticket | None, Command, Any]]) -> None:
         if self._conn is None:
             self._conn = self._pool.make_connection()
         for attempt in (1, 2):
@@ -187,7 +189,8 @@ class Channel:
             out = [*self._prelude, *commands] if load else commands
             try:
                 # One buffer: redis-py sends each item of a list with a sendall of its own.
-                self._conn.send_packed_command([b"".join([_pack(c) for c in out])], check_health=False)
+                packed = [c if type(c) is bytes else _pack(c) for c in out]  # type: ignore[arg-type]
+                self._conn.send_packed_command([b"".join(packed)], check_health=False)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 # A dropped connection (a restarted server): one immediate retry on a new one, when
                 # no reply is due on the old one (those would be lost with it).
@@ -240,6 +243,11 @@ _MAX_DUE = 512  # replies a channel lets wait before a write reads some
 # Weak: a channel lives as long as an index uses it.
 _SHARED: weakref.WeakValueDictionary[object, Channel] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
+
+
+def bulk(raw: bytes) -> bytes:
+    """One argument in RESP."""
+    return b"$%d\r\n%s\r\n" % (len(raw), raw)
 
 
 def _pack(args: tuple[Any, ...]) -> bytes:
