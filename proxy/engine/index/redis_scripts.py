@@ -93,6 +93,12 @@ local function around(key, values, q, t, cap)
     end
     return got
   end
+  local function at_least(m, k)
+    -- Whether m shares the first k groups with q: one compare, where groups_shared searches (its
+    -- substrings are most of a lookup's cost).
+    if string.byte(m, 1) < 128 or terminator(m) - 1 < 4 * k then return false end
+    return string.sub(m, 1, 4 * k) == string.sub(q, 1, 4 * k)
+  end
   -- The nearest members on both sides first (most lookups need no more than those).
   local from = {'[' .. q, '(' .. q}
   local first = {fetch(key, from[1], 1, 0, 2), fetch(key, from[2], 2, 0, 2)}
@@ -106,7 +112,15 @@ local function around(key, values, q, t, cap)
     while not done do
       for i = 1, #got do
         local m = got[i]
-        local shared = shared_of(m)
+        local shared = memo[m]
+        if not shared then
+          if live == held then
+            -- The best member is live (most often): whether m shares all held groups decides.
+            if at_least(m, held) then shared = held else done = true; break end
+          else
+            shared = shared_of(m)
+          end
+        end
         -- Shared groups only shrink away from the query: past this, nothing can improve.
         if shared < held and shared <= live then done = true; break end
         local v = value_in(values, m)
