@@ -633,3 +633,29 @@ def test_script_calls_packed_by_the_index_are_what_redis_py_sends(redis_url: str
     pack = redis.Connection().pack_command
     for c in calls:
         assert c.resp == b"".join(pack("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args))
+
+
+def test_a_channel_reloads_its_scripts_after_a_script_flush(redis_url: str, redis_server: Any) -> None:
+    # The channel reads replies itself: a NOSCRIPT reply must still be told from other errors
+    # (a write is sent again behind the scripts; a lookup raises once, the next one works).
+    index = _index(redis_server, block_size=4, write_behind=True)
+    other = _index(redis_server, block_size=4)
+    toks = list(range(1, 11))
+    index.insert("s", toks, now=0)
+    index.flush()
+    with redis_server.client() as c:
+        c.script_flush()
+    index.insert("s", [*toks, 11], now=1)
+    index.flush()
+    assert other.lookup("s", [*toks, 11], now=2, ttl=0).held_prefix_tokens == 11
+    with redis_server.client() as c:
+        c.script_flush()
+    with pytest.raises(redis.exceptions.NoScriptError):
+        index.lookup("s", toks, now=2, ttl=0)
+    assert index.lookup("s", toks, now=2, ttl=0).held_prefix_tokens == 10
+    chan = index._chan
+    assert chan is not None
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments") as raised:
+        chan.wait(chan.ask([("HGET", b"k")]))  # a plain error reply: the connection stays
+    assert not isinstance(raised.value, redis.exceptions.NoScriptError)
+    assert index.lookup("s", toks, now=2, ttl=0).held_prefix_tokens == 10

@@ -19,6 +19,11 @@ from typing import Any, TypeAlias
 
 import redis
 
+try:
+    import hiredis
+except ImportError:  # redis-py's own read path then (the extra installs hiredis)
+    hiredis = None  # type: ignore[assignment]
+
 __all__ = ["Channel", "Command", "WriteBehind", "bulk"]
 
 # A command: its arguments, or already in RESP (the index packs its script calls itself, from
@@ -116,6 +121,10 @@ class Channel:
         # One entry per reply still to read: (ticket, or None for a write; its command; its tag).
         self._queue: deque[tuple[_Ticket | None, Command, Any]] = deque()
         self._error: Exception | None = None
+        # Replies are read from the connection's socket by a reader of the channel's own, made
+        # after the connection's handshake (redis-py's read path costs about as much as the recv).
+        self._reader: Any = None
+        self._buf = bytearray(65536)
 
     def post(self, commands: list[Command], tags: list[Any]) -> None:
         with self._lock:
@@ -173,7 +182,7 @@ class Channel:
         with self._lock:
             if self._conn is not None:
                 self._conn.disconnect()
-            self._conn, self._load = None, True
+            self._conn, self._load, self._reader = None, True, None
             self._queue.clear()
 
     def _raise_pending_error(self) -> None:
@@ -203,12 +212,16 @@ class Channel:
                 self._load = False
                 self._queue.extend((None, c, None) for c in self._prelude)
             self._queue.extend(entries)
+            if self._reader is None and hiredis is not None:
+                self._reader = hiredis.Reader(
+                    protocolError=redis.exceptions.InvalidResponse, replyError=_error
+                )
             return
 
     def _broken(self, exc: Exception) -> None:
         """The connection is gone: what waits on it fails with ``exc``; the writes due are lost."""
         self._conn.disconnect()
-        self._load = True
+        self._load, self._reader = True, None
         for ticket, _, _ in self._queue:
             if ticket is not None:
                 ticket.replies.extend([exc] * (ticket.expected - len(ticket.replies)))
@@ -217,10 +230,14 @@ class Channel:
     def _read_one(self) -> None:
         ticket, command, tag = self._queue[0]
         try:
-            reply: Any = self._conn.read_response()
-        except redis.ResponseError as exc:  # an error reply: the connection is fine
-            reply = exc
-        except Exception as exc:  # redis-py has closed the connection
+            if self._reader is not None:
+                reply: Any = self._reply()
+            else:
+                try:
+                    reply = self._conn.read_response()
+                except redis.ResponseError as exc:  # an error reply: the connection is fine
+                    reply = exc
+        except Exception as exc:  # the connection is gone (redis-py has closed it, or we do)
             self._broken(exc)
             raise
         self._queue.popleft()
@@ -236,6 +253,33 @@ class Channel:
                 self._error = reply
         elif tag is not None:
             tag(reply)
+
+    def _reply(self) -> Any:
+        """The next reply (an error reply is its exception, returned); raises redis-py's errors."""
+        reader = self._reader
+        reply = reader.gets()
+        while reply is False:
+            sock = self._conn._sock
+            if sock is None:
+                raise redis.ConnectionError("Connection closed.")
+            try:
+                n = sock.recv_into(self._buf)
+            except TimeoutError as exc:  # socket.timeout: the client's socket_timeout
+                raise redis.TimeoutError("Timeout reading from socket") from exc
+            except OSError as exc:
+                raise redis.ConnectionError(f"Error while reading from socket: {exc.args}") from exc
+            if not n:
+                raise redis.ConnectionError("Connection closed by server.")
+            reader.feed(self._buf, 0, n)
+            reply = reader.gets()
+        return reply
+
+
+def _error(message: str) -> redis.ResponseError:
+    """An error reply as redis-py raises it (a missing script is the one the channel acts on)."""
+    if message.startswith("NOSCRIPT"):
+        return redis.exceptions.NoScriptError(message.removeprefix("NOSCRIPT").lstrip())
+    return redis.ResponseError(message)
 
 
 _MAX_DUE = 512  # replies a channel lets wait before a write reads some
