@@ -17,6 +17,7 @@ from .py_render import render_hits
 from .py_sites import prompt_sites, resolved, tool_sites
 from .py_source import PyModule, callee
 from .py_timeline import Timeline
+from .template_scan import OPAQUE_TEMPLATE, Piece
 
 MAX_TOOL_DEPTH = 4
 
@@ -29,6 +30,10 @@ def check_python(ctx: Context, module: PyModule) -> Iterator[Hit]:
             timeline.text(site.expr)
         else:
             timeline.chain(site.chain)
+        if site.history_after:
+            # The history after this message is cached text of unknown length.
+            end = module.span(site.expr)[1] if site.expr is not None else 0
+            timeline.scan.pieces.append(Piece(True, end, end, include=OPAQUE_TEMPLATE))
         here = Context(ctx.source, ctx.settings, model=site.model, provider=site.provider)
         system = [(0, len(text))] if site.system else []
         if site.turn:

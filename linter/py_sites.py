@@ -19,7 +19,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .py_source import CONTINUING, Binding, PyModule, callee
+from .py_source import CONTINUING, Binding, PyModule, callee, dict_entry
+from .py_turns import TURN_METHODS, followed_by_history, user_turn_only
 from .vocab import words
 
 _CREATE = frozenset({"create", "acreate", "stream", "parse", "count_tokens"})
@@ -105,6 +106,9 @@ class Site:
     # Sent only as the conversation's newest user turn (``_user_turn_only``): what follows a value in
     # it is not cached on this call, and it is history, unchanged, on the next.
     turn: bool = False
+    # A system message that the conversation's history follows (``messages.append(system)`` and then
+    # the turns in a loop): what comes after its text is the cached history, not nothing.
+    history_after: bool = False
 
 
 def sdk_provider(node: ast.Call) -> str | None:
@@ -184,18 +188,11 @@ def _blocks(module: PyModule, expr: ast.expr) -> Iterator[ast.expr]:
     if isinstance(value, ast.List | ast.Tuple):
         for element in value.elts:
             if isinstance(element, ast.Dict):
-                text = _get(element, "text")
+                text = dict_entry(element, "text")
                 if text is not None:
                     yield text
         return
     yield expr
-
-
-def _get(node: ast.Dict, key: str) -> ast.expr | None:
-    for k, v in zip(node.keys, node.values, strict=True):
-        if isinstance(k, ast.Constant) and k.value == key:
-            return v
-    return None
 
 
 def prompt_sites(module: PyModule) -> Iterator[Site]:
@@ -221,13 +218,14 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
             elif k.arg in ("messages", "input"):
                 for text in _role_texts(module, resolved(module, k.value)):
                     yield from once(Site(text, system=True, model=model, provider=provider))
+    history_after = followed_by_history(module)
     for dict_node in module.of_type(ast.Dict):
         for text in _role_texts(module, dict_node):
-            yield from once(Site(text, system=True))
+            yield from once(Site(text, system=True, history_after=id(dict_node) in history_after))
         # A request body written as a dict (`kwargs = {"model": ..., "system": ...}`; `create(**kwargs)`).
-        model_node = _get(dict_node, "model")
+        model_node = dict_entry(dict_node, "model")
         for key in ("system", "instructions") if model_node is not None else ():
-            value = _get(dict_node, key)
+            value = dict_entry(dict_node, key)
             literal = model_node.value if isinstance(model_node, ast.Constant) else None
             for text in _blocks(module, value) if value is not None else ():
                 yield from once(Site(text, system=True, model=literal if isinstance(literal, str) else None))
@@ -248,7 +246,7 @@ def prompt_sites(module: PyModule) -> Iterator[Site]:
         if prompt_name(name):
             for chain in _chains(bindings):
                 scope = module.scope_of(chain[0].stmt)
-                user_turn = not _is_system(name) and _user_turn_only(module, name, scope)
+                user_turn = not _is_system(name) and user_turn_only(module, name, scope)
                 yield from once(Site(None, chain, system=_is_system(name), turn=user_turn))
     for assign in module.of_type(ast.Assign):
         target = assign.targets[0] if len(assign.targets) == 1 else None
@@ -281,7 +279,7 @@ def _message(node: ast.expr) -> tuple[str, ast.expr] | None:
     """(role, content) of a message written in place: ``{"role": ..., "content": ...}`` or a call
     with ``role=`` and ``content=`` (``Message(...)``, ``ChatMessage(...)``)."""
     if isinstance(node, ast.Dict):
-        role, content = _get(node, "role"), _get(node, "content")
+        role, content = dict_entry(node, "role"), dict_entry(node, "content")
     elif isinstance(node, ast.Call):
         role = next((k.value for k in node.keywords if k.arg == "role"), None)
         content = next((k.value for k in node.keywords if k.arg in _MESSAGE_TEXT), None)
@@ -330,10 +328,10 @@ def _role_texts(module: PyModule, node: ast.expr) -> Iterator[ast.expr]:
         return
     if not isinstance(node, ast.Dict):
         return
-    role = _get(node, "role")
+    role = dict_entry(node, "role")
     if not (isinstance(role, ast.Constant) and role.value in ("system", "developer")):
         return
-    content = _get(node, "content")
+    content = dict_entry(node, "content")
     if content is not None:
         yield from _blocks(module, content)
 
@@ -372,79 +370,10 @@ def _call_sites(module: PyModule, node: ast.Call, provider: str | None) -> Itera
         for k in node.keywords:
             if k.arg in _MESSAGE_TEXT:
                 yield Site(k.value, system=True)
-    turn = isinstance(node.func, ast.Attribute) and node.func.attr in _TURN_METHODS
+    turn = isinstance(node.func, ast.Attribute) and node.func.attr in TURN_METHODS
     for k in node.keywords:
         if k.arg and prompt_name(k.arg) and provider is None and not turn:
             yield Site(k.value, system=_is_system(k.arg))
-
-
-# An agent's run / chat methods take the task as the conversation's newest user message (swarms'
-# `agent.run(task)`, pydantic-ai's `run_sync`, AutoGen's `initiate_chat(message=...)`, LangChain's
-# `invoke`): nothing after it is cached on the call that sends it, and it is history, sent unchanged,
-# on the next one. A clock or a count in it busts nothing.
-_TURN_METHODS = frozenset(
-    {
-        "run",
-        "arun",
-        "run_sync",
-        "run_async",
-        "run_stream",
-        "invoke",
-        "ainvoke",
-        "chat",
-        "achat",
-        "astream_chat",
-        "stream_chat",
-        "step",
-        "astep",
-        "ask",
-        "aask",
-        "send_message",
-        "generate_reply",
-        "a_generate_reply",
-        "initiate_chat",
-        "a_initiate_chat",
-    }
-)
-_TURN_KEYWORDS = frozenset({"task", "message", "input", "query", "question", "user_input", "content"})
-_INPUT_KEYS = ("input", "user_input", "question", "query", "task")
-_USER_ROLES = frozenset({"user", "human"})
-_USER_MESSAGES = frozenset({"HumanMessage", "UserMessage", "ChatMessageUser", "UserPromptPart"})
-
-
-def _user_turn_only(module: PyModule, name: str, scope: ast.AST) -> bool:
-    """Whether every use of ``name`` in the function that binds it sends it as the newest user turn:
-    an agent's task (``_TURN_METHODS``), ``{"role": "user", "content": name}``, ``HumanMessage(name)``,
-    a chain's or agent's input mapping (``{"input": name}``).
-    A prompt-named local used only so is the request's own input, not its cached part (see
-    ``checks_python``: only a static block that could be cached on its own still counts)."""
-    if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-        return False  # a module or class constant: an agent's instructions, whatever it is passed to
-    loads = turns = 0
-    for node in ast.walk(scope):
-        if isinstance(node, ast.Name):
-            loads += node.id == name and isinstance(node.ctx, ast.Load)
-        elif isinstance(node, ast.Call):
-            turns += _turn_arguments(node, name)
-        elif isinstance(node, ast.Dict):
-            role, content = _get(node, "role"), _get(node, "content")
-            user = isinstance(role, ast.Constant) and role.value in _USER_ROLES
-            turns += user and isinstance(content, ast.Name) and content.id == name
-            # `chain.invoke({"input": prompt})`, `prompt_agent(prompt_args={"user_input": prompt})`
-            inputs = (_get(node, key) for key in _INPUT_KEYS)
-            turns += sum(isinstance(v, ast.Name) and v.id == name for v in inputs)
-    return loads > 0 and loads == turns
-
-
-def _turn_arguments(call: ast.Call, name: str) -> int:
-    func = call.func
-    if isinstance(func, ast.Attribute) and func.attr in _TURN_METHODS:
-        taken = [*call.args[:1], *(k.value for k in call.keywords if k.arg in _TURN_KEYWORDS)]
-    elif callee(call) in _USER_MESSAGES:
-        taken = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "content")]
-    else:
-        return 0
-    return sum(isinstance(arg, ast.Name) and arg.id == name for arg in taken)
 
 
 def tool_sites(module: PyModule) -> Iterator[ast.expr]:

@@ -541,3 +541,11 @@ def following(
             del params[key]
         else:
             params[key] = saved
+
+
+def dict_entry(node: ast.Dict, key: str) -> ast.expr | None:
+    """The value of a string key written in a dict display, else None."""
+    for k, v in zip(node.keys, node.values, strict=True):
+        if isinstance(k, ast.Constant) and k.value == key:
+            return v
+    return None

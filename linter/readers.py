@@ -67,8 +67,7 @@ _GUARDED = (
     ("messages", re.compile(r"messages\s*\.\s*(?:create|stream|parse|count_tokens)")),
     ("responses", re.compile(r"responses\s*\.\s*(?:create|stream|parse)")),
 )
-
-_Tree = TypeVar("_Tree", Node, Node | None)
+_Tree = TypeVar("_Tree", Node, Node | None)  # what a parser of a config format returns
 
 
 def _promptish(text: str) -> bool:
@@ -310,14 +309,13 @@ def lint_yaml(ctx: Context) -> list[Hit]:
 def lint_toml(ctx: Context) -> list[Hit]:
     """Prompts kept in TOML (``[pr_review_prompt]`` with ``system`` and ``user`` strings), read as
     YAML prompt configs are: a template string under a prompt key, or any string with template syntax."""
-    root = _parsed(ctx, parse_toml)
+    return _prompt_config_hits(ctx, _parsed(ctx, parse_toml), _toml_mapper)
 
-    def mapper(node: Node) -> Callable[[int], int]:
-        # a string without escapes maps offset for offset; one with them is reported at its start
-        exact = node.end - node.start == len(node.value)
-        return (lambda offset: node.start + offset) if exact else (lambda _offset: node.start)
 
-    return _prompt_config_hits(ctx, root, mapper)
+def _toml_mapper(node: Node) -> Callable[[int], int]:
+    # a string without escapes maps offset for offset; one with them is reported at its start
+    exact = node.end - node.start == len(node.value)
+    return (lambda offset: node.start + offset) if exact else (lambda _offset: node.start)
 
 
 def _parsed(ctx: Context, parse: Callable[[str], _Tree]) -> _Tree:

@@ -5,7 +5,9 @@
   input: a value in it busts only a static block after it that could be cached on its own;
 - ``len(chunks)`` is as new as the chunks it counts; ``len(messages)`` counts the turns;
 - a clock read by a helper called while a module constant is built is frozen at import, in this
-  module or in another one of the package.
+  module or in another one of the package;
+- a system message that the conversation's history follows (appended in a loop, extended, listed
+  before ``*history``) is followed by cached text: a clock at its very end still busts it.
 """
 
 from __future__ import annotations
@@ -138,3 +140,40 @@ def test_a_helper_of_another_module_called_at_import_is_frozen_too(tmp_path: Pat
     )
     hits = [(f.code, f.severity) for f in lint_source(str(prompts), prompts.read_text(encoding="utf-8"))]
     assert ("CW101", "info") in hits and ("CW101", "error") not in hits
+
+
+# --- a system message the history follows ---------------------------------------------------------
+
+LOOP = """import time
+
+
+def build_messages(system_prompt, history, next_step):
+    messages = [{"role": "system", "content": system_prompt}]
+    messages.append({"role": "system", "content": f"The time now is {time.strftime('%c')}"})
+    AFTER
+    messages.append({"role": "user", "content": next_step})
+    return messages
+"""
+
+
+def test_a_clock_in_a_system_message_before_the_appended_history_busts_the_history() -> None:
+    history = (
+        "for turn in history:\n        messages.append({'role': turn['role'], 'content': turn['content']})"
+    )
+    assert [(c, line, s) for c, line, s in found(LOOP.replace("AFTER", history))] == [("CW101", 6, "error")]
+    assert ("CW101", 6, "error") in found(LOOP.replace("AFTER", "messages.extend(history)"))
+    # Only this request's own message after it: nothing cached follows the clock.
+    assert found(LOOP.replace("AFTER", "pass")) == []
+
+
+def test_a_system_message_listed_before_the_history_busts_it() -> None:
+    source = (
+        "import time\n\n\n"
+        "def build(history, question):\n"
+        "    return [\n"
+        '        {"role": "system", "content": f"Now: {time.time()}"},\n'
+        "        *history,\n"
+        '        {"role": "user", "content": question},\n'
+        "    ]\n"
+    )
+    assert ("CW101", 6, "error") in found(source)

@@ -24,7 +24,8 @@ def _stat(path: Path, busy: int, idle: int) -> str:
 
 def _window(tmp_path: Path, busy: int, idle: int, own_seconds: float = 0.0) -> float:
     """Idle CPUs over a window in which the machine's counters moved by ``busy`` / ``idle``
-    ticks and this process used ``own_seconds`` of CPU."""
+    ticks and this process used ``own_seconds`` of CPU (windows of hundreds of ticks: the test's
+    own CPU between the two samples, a tick or so, must not move the result)."""
     stat = tmp_path / "stat"
     _stat(stat, 1000, 5000)
     started = cpu_sample(str(stat))
@@ -43,18 +44,18 @@ def test_idle_cpus_come_from_the_kernels_idle_time_not_the_load_average(
     # A load average of ~1 on an idle machine (a task counted runnable that uses no CPU) made the
     # default one process; the idle time says both cores are free.
     monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
-    assert _window(tmp_path, busy=0, idle=20) == pytest.approx(2.0, abs=0.05)
-    assert _window(tmp_path, busy=10, idle=10) == pytest.approx(1.0, abs=0.05)
-    assert _window(tmp_path, busy=20, idle=0) == pytest.approx(0.0, abs=0.05)
+    assert _window(tmp_path, busy=0, idle=400) == pytest.approx(2.0, abs=0.05)
+    assert _window(tmp_path, busy=200, idle=200) == pytest.approx(1.0, abs=0.05)
+    assert _window(tmp_path, busy=400, idle=0) == pytest.approx(0.0, abs=0.05)
 
 
 @pytest.mark.usefixtures("two_cpus")
 def test_the_linters_own_cpu_is_not_counted_busy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hz = os.sysconf("SC_CLK_TCK")
-    # 10 busy ticks in the window, all of them this process walking the tree: both cores free.
-    assert _window(tmp_path, busy=10, idle=10, own_seconds=10 / hz) == pytest.approx(2.0, abs=0.05)
-    # 20 busy ticks, half of them ours: one core is someone else's.
-    assert _window(tmp_path, busy=20, idle=0, own_seconds=10 / hz) == pytest.approx(1.0, abs=0.05)
+    # 200 busy ticks in the window, all of them this process walking the tree: both cores free.
+    assert _window(tmp_path, busy=200, idle=200, own_seconds=200 / hz) == pytest.approx(2.0, abs=0.05)
+    # 400 busy ticks, half of them ours: one core is someone else's.
+    assert _window(tmp_path, busy=400, idle=0, own_seconds=200 / hz) == pytest.approx(1.0, abs=0.05)
 
 
 @pytest.mark.usefixtures("two_cpus")
