@@ -659,3 +659,28 @@ def test_a_channel_reloads_its_scripts_after_a_script_flush(redis_url: str, redi
         chan.wait(chan.ask([("HGET", b"k")]))  # a plain error reply: the connection stays
     assert not isinstance(raised.value, redis.exceptions.NoScriptError)
     assert index.lookup("s", toks, now=2, ttl=0).held_prefix_tokens == 10
+
+
+@pytest.mark.parametrize("stored", [21, 33, 39])
+@pytest.mark.parametrize("ttl", [0.0, 0.5])
+def test_an_insert_sent_with_its_lookup_is_not_seen_by_it(
+    redis_url: str, redis_server: Any, stored: int, ttl: float
+) -> None:
+    # Lookup.then_insert on a channel, whether one round trip answers the lookup or a second one
+    # is needed (the walk stopped early, or the held prefix is partly expired: 21 tokens held of
+    # 39, or ttl 0.5 at 1 s): the answers are memory's, and the insert is made.
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
+    index = _index(redis_server, block_size=4, write_behind=True)
+    other = _index(redis_server, block_size=4)
+    memory = MemoryIndex(block_size=4)
+    toks = list(range(1, 40))
+    then = Insert(now=1, entry_id="this-request", ttl=None)
+    for i in (index, memory):
+        i.insert("x", toks[:stored], now=0, entry_id="first")
+        i.insert("x", [*toks[:3], 99], now=0.8, entry_id="fresh")  # a live first block
+    (got,) = lookup_many([Lookup(index, "x", toks, ttl, then)], now=1)
+    (want,) = lookup_many([Lookup(memory, "x", toks, ttl, then)], now=1)
+    assert _t(got) == _t(want)
+    index.flush()
+    assert _t(other.lookup("x", toks, now=2, ttl=0)) == (39, 39, "this-request", 39, 1.0)
