@@ -19,10 +19,11 @@ Redis' memory per million tokens held (``INFO memory``).
 Redis runs locally (a private redis-server on a free port, no persistence), so the figures are
 its CPU cost plus a loopback round trip; add the network's round trips in production (an
 analysis waits for one, two when a lookup stops early in a long prompt). It runs on a core of its
-own (the last one; the bench on the others), as a Redis on its own host does: a loopback send is
-a "sync" wake-up, and the kernel would otherwise run the server's script on the sender's core
-while the sender waits, even for a write it does not wait for (measured: a send of 13 µs of CPU
-then took 125 µs). ``--shared-cores`` leaves both where the scheduler puts them.
+own (the idlest one at the start; the bench on the others), as a Redis on its own host does: a
+loopback send is a "sync" wake-up, and the kernel would otherwise run the server's script on the
+sender's core while the sender waits, even for a write it does not wait for (measured: a send of
+13 µs of CPU then took 125 µs). ``--shared-cores`` leaves both where the scheduler puts them. On a
+machine others load, either way is noisy: a pinned bench cannot leave a busy core.
 
 Run: ``python bench/bench_index_redis.py`` (``--repeat 3``: the engine rows three times, then
 their ranges, each run's load average beside it) — prints a table; skips (exit 0) without
@@ -44,6 +45,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from cachewarden.proxy.engine.engine import Engine
@@ -60,15 +62,39 @@ OTHERS = 1_000
 CALLS = 300
 
 
+def _idle(cpus: list[int], seconds: float = 0.5) -> dict[int, int]:
+    """Idle ticks of each CPU over ``seconds`` (/proc/stat; empty where there is none)."""
+
+    def ticks() -> dict[int, int]:
+        try:
+            lines = Path("/proc/stat").read_text().splitlines()
+        except OSError:
+            return {}
+        out = {}
+        for line in lines:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                out[int(name[3:])] = int(fields[3]) + int(fields[4])  # idle + iowait
+        return out
+
+    before = ticks()
+    time.sleep(seconds)
+    after = ticks()
+    return {c: after[c] - before[c] for c in before if c in after}
+
+
 def _pin(server_pid: int) -> str:
-    """The server on the last CPU this process may use, this process on the others (see the module
-    doc); says where each runs."""
+    """The server on the CPU this process may use that was idlest just now (other users of a shared
+    machine), this process on the others (see the module doc); says where each runs."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
     if len(cpus) < 2:
         return "one CPU: redis-server and the bench share it"
-    os.sched_setaffinity(server_pid, {cpus[-1]})
-    os.sched_setaffinity(0, set(cpus[:-1]))
-    return f"redis-server on CPU {cpus[-1]}, the bench on CPU {','.join(map(str, cpus[:-1]))}"
+    idle = _idle(cpus)
+    server = max(cpus, key=lambda c: (idle.get(c, 0), c))
+    rest = [c for c in cpus if c != server]
+    os.sched_setaffinity(server_pid, {server})
+    os.sched_setaffinity(0, set(rest))
+    return f"redis-server on CPU {server}, the bench on CPU {','.join(map(str, rest))}"
 
 
 @contextmanager
