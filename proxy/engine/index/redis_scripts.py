@@ -14,6 +14,9 @@ Every key a script touches is in its KEYS, all of one scope (one hash slot), so 
 run on a Redis Cluster. Redis
 runs Lua 5.1: no integer division, no ``goto``; every new string is work for its garbage
 collector (most of a script's cost), so compares avoid making long substrings.
+
+This module is long because the scripts share their helpers (the member encoding, the search
+inside a node) and one layout: split, each part would only make sense with the others.
 """
 
 from __future__ import annotations
