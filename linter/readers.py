@@ -26,7 +26,7 @@ from .go_template import is_go_template, scan_go
 from .py_sites import prompt_name
 from .py_source import PyModule
 from .template_moustache import moustache_scan
-from .template_scan import FORMAT_CLOCK, Piece, Scan, scan_template
+from .template_scan import FORMAT_CLOCK, PLAIN_SUFFIXES, Piece, Scan, scan_template
 from .toml_tree import parse_toml
 from .tree import Node, ParseError, parse_json, parse_yaml
 from .vocab import words
@@ -168,7 +168,7 @@ def _template_hits(ctx: Context, text: str, strict: bool, whole_system: bool, wh
         yield from check_template(ctx, text, scan, system_ranges(text, whole_system, scan))
         return
     try:
-        scan = scan_template(text)
+        scan = scan_template(text, plain_fields=where.lower().endswith(PLAIN_SUFFIXES))
     except jinja2.TemplateSyntaxError as exc:
         dialect = "unknown tag" in (exc.message or "")
         if strict and not dialect:

@@ -396,17 +396,42 @@ def _format_fields(pieces: list[Piece]) -> list[Piece]:
     return out
 
 
+# `{context}`, `{user_input}`: the fields of a prompt file filled by `str.format` (AGiXT's prompt
+# folders, LangChain's `PromptTemplate.from_file`), read in `.txt` / `.prompt` files only (Markdown
+# shows `/tasks/{task_id}` routes). Two distinct names or more: one braced word in prose ("replace
+# {name} with yours") is not a template.
+_PLAIN_FIELD = re.compile(r"(?<![{\w])\{([A-Za-z_]\w*)(?:![rsa])?(?::([^{}\n]*))?\}(?!\})")
+PLAIN_FIELDS_MIN = 2
+PLAIN_SUFFIXES = (".txt", ".prompt")
+
+
+def _plain_fields(piece: Piece) -> list[Piece]:
+    out: list[Piece] = []
+    last = 0
+    for m in _PLAIN_FIELD.finditer(piece.text):
+        if m.start() > last:
+            out.append(_static_part(piece, last, m.start()))
+        out.append(field_piece(m.group(1), m.group(2) or "", piece.start + m.start(), piece.start + m.end()))
+        last = m.end()
+    if last < len(piece.text):
+        out.append(_static_part(piece, last, len(piece.text)))
+    return out
+
+
 def _static_part(piece: Piece, a: int, b: int) -> Piece:
     part = Piece(True, piece.start + a, piece.start + b, text=piece.text[a:b], conditional=piece.conditional)
     part.branch = piece.branch
     return part
 
 
-def scan_template(text: str, aliases: dict[str, Volatile] | None = None) -> Scan:
+def scan_template(text: str, aliases: dict[str, Volatile] | None = None, plain_fields: bool = False) -> Scan:
     """Parse with Jinja2 (raises jinja2.TemplateSyntaxError) and build the timeline; ``aliases``
     names variables the caller knows to be volatile (a ``render(now=datetime.now())`` keyword)."""
     if "{{" not in text and "{%" not in text and "{#" not in text:
-        return Scan(pieces=_format_fields([Piece(True, 0, len(text), text=text)]))  # text only
+        whole = Piece(True, 0, len(text), text=text)
+        if plain_fields and len({m.group(1) for m in _PLAIN_FIELD.finditer(text)}) >= PLAIN_FIELDS_MIN:
+            return Scan(pieces=_plain_fields(whole))  # a str.format template kept as a text file
+        return Scan(pieces=_format_fields([whole]))  # text only
     tree = _ENV.parse(text)
     scanner = _Scanner(text, aliases)
     scanner.body(tree.body, False)

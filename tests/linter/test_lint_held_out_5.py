@@ -177,3 +177,16 @@ def test_a_system_message_listed_before_the_history_busts_it() -> None:
         "    ]\n"
     )
     assert ("CW101", 6, "error") in found(source)
+
+
+# --- str.format prompt files ----------------------------------------------------------------------
+
+
+def test_a_text_prompt_with_format_fields_is_read_as_a_template() -> None:
+    text = "## Context\n{context}\n\nToday is {date}.\n\n## Rules\n" + LONG * 30 + "\nInput: {user_input}\n"
+    hits = {(code, line, severity) for code, line, severity in found(text, "prompts/Think About It.txt")}
+    assert ("CW301", 2, "warning") in hits and ("CW101", 4, "info") in hits
+    # One braced word in prose is not a template; nor are a Markdown page's routes.
+    assert found("Replace {name} with yours.\n" + LONG * 30, "prompts/intro.txt") == []
+    routes = "GET /tasks/{task_id}\nGET /sessions/{session_id}/tasks\n" + LONG * 30
+    assert [f for f in found(routes, "prompts/api.md") if f[2] != "info"] == []
