@@ -130,6 +130,9 @@ class _JSONReader:
 
 
 def parse_json(text: str) -> Node:
+    if text.startswith("\ufeff"):
+        # A UTF-8 byte order mark, as .NET tools write their JSON: whitespace here, offsets kept.
+        text = " " + text[1:]
     reader = _JSONReader(text)
     root = reader.value(0)
     end = reader.skip(root.end)

@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from cachewarden.linter.cli import main
 from cachewarden.linter.engine import lint_source
 from lint_support import LONG
 
@@ -190,3 +192,13 @@ def test_a_text_prompt_with_format_fields_is_read_as_a_template() -> None:
     assert found("Replace {name} with yours.\n" + LONG * 30, "prompts/intro.txt") == []
     routes = "GET /tasks/{task_id}\nGET /sessions/{session_id}/tasks\n" + LONG * 30
     assert [f for f in found(routes, "prompts/api.md") if f[2] != "info"] == []
+
+
+def test_a_json_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    system = {"role": "system", "content": "Now: 2026-05-01T10:00:00Z. Be brief and cite the policy."}
+    body = "\ufeff" + json.dumps({"model": "gpt-4o", "messages": [system]})
+    assert [(code, line) for code, line, _ in found(body, "request.json")] == [("CW101", 1)]
+    # Named on the command line, a valid file with a byte order mark is linted, not exit 2.
+    settings = tmp_path / "launchSettings.json"
+    settings.write_text('\ufeff{"profiles": {"web": {"commandName": "Project"}}}\n', encoding="utf-8")
+    assert main([str(settings)]) == 0
