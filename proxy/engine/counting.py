@@ -36,6 +36,7 @@ from .rendering import (
     render_additional_tools,
     render_function,
     render_response_format,
+    response_format_correction,
     tool_correction,
 )
 from .tokenizers import Tokenizer, get_tokenizer
@@ -194,6 +195,16 @@ class PromptCounter:
             self.memo.put(key, hit)
         return hit[0]
 
+    def _schema_correction(self, tok: Tokenizer, seg: Segment) -> int:
+        """What the provider counts for a response format beyond its text
+        (rendering.response_format_correction)."""
+        key = (tok.name, "rf-correction", seg.digest)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = (response_format_correction(seg.text),)
+            self.memo.put(key, hit)
+        return hit[0]
+
     def _tool_text(self, seg: Segment) -> str:
         fn = function_of(seg.text)
         return seg.text if fn is None else render_function(fn) + "\n\n"
@@ -211,6 +222,19 @@ class PromptCounter:
             b = (TOOLS_TAIL if right is None else self._tool_text(right))[:32]
             hit = (len(tok.encode(a + b)) - len(tok.encode(a)) - len(tok.encode(b)),)
             self.memo.put((tok.name, "join", key), hit)
+        return hit[0]
+
+    def _text_join(self, tok: Tokenizer, left: Segment, right: Segment) -> int:
+        """Tokens gained (< 0: lost) where two text parts of one message meet, tokenized as one text.
+
+        64 characters on either side hold any pre-token piece that can span the boundary.
+        """
+        key = f"pjoin\x00{left.digest}\x00{right.digest}"
+        hit = self.memo.get((tok.name, "pjoin", key))
+        if hit is None:
+            a, b = left.text[-64:], right.text[:64]
+            hit = (len(tok.encode(a + b)) - len(tok.encode(a)) - len(tok.encode(b)),)
+            self.memo.put((tok.name, "pjoin", key), hit)
         return hit[0]
 
     @staticmethod
@@ -296,6 +320,8 @@ class PromptCounter:
                 if framing.schema_alone is not None and first_tool < 0:
                     # Without tools this section is the one joined to the system message (or opening one).
                     lead = framing.schema_alone + (self._own_message(tok, framing) if host is None else 0)
+                if framing.typescript_tools:
+                    lead += self._schema_correction(tok, seg)
                 tokens.extend([PAD] * max(0, lead))
                 tokens.extend(self._segment_content(tok, framing, seg))
                 low = _shift(tokens, min(0, lead), low)
@@ -347,6 +373,9 @@ class PromptCounter:
                     tokens.extend([PAD] * own.per_tool_result)
                 tokens.extend(self._segment_content(tok, own, seg))
                 low = _shift(tokens, after, low)
+                if framing.parts_joined and not opens and _text_part(seg) and _text_part(segs[i - 1]):
+                    # One text with the part before it: the tokens gained or lost across the boundary.
+                    low = _shift(tokens, self._text_join(tok, segs[i - 1], seg), low)
                 if i == host:
                     tokens.extend([PAD] * self._separator(tok, seg.text))
                 if closes and framing.per_message >= 2:
@@ -396,6 +425,11 @@ class PromptCounter:
             legacy_functions=any(segs[i].path.startswith("functions[") for i in tool_idx),
             first_system=None,
         )
+
+
+def _text_part(seg: Segment) -> bool:
+    """A text part of a message (not a call, result, image or file): what Responses concatenates."""
+    return seg.kind in ("text", "system", "message") and not seg.fixed_tokens
 
 
 def _legacy_segment(seg: Segment) -> bool:

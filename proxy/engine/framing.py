@@ -59,6 +59,9 @@ class Framing:
     # Chat Completions: a tool call's arguments are parsed and rendered as compact JSON (no spaces
     # after ":" and ","), whatever the client sent; Responses keeps the string as sent.
     compact_arguments: bool = False
+    # Responses: the text parts of one message are one text, concatenated without a separator, so
+    # where two parts meet the provider tokenizes across the boundary (counting: a join correction).
+    parts_joined: bool = False
 
 
 # Framing constants. Where each comes from:
@@ -137,6 +140,7 @@ _RESPONSES = replace(
     call_without_id=-3,
     calls_share_message=True,
     compact_arguments=False,
+    parts_joined=True,
 )
 
 
@@ -208,6 +212,7 @@ FRAMING: dict[tuple[str, str], Framing] = {
         # (tests/engine/test_counting_tool_rules.py); gpt-5.4 with instructions counted 4 more.
         additional_tools_extra=80,
         compact_arguments=False,  # Responses keeps a call's arguments as sent (see _CHAT)
+        parts_joined=True,
     ),
     ("openai-responses", "o3"): replace(_RESPONSES, reply=2),
     ("openai-responses", "o4"): replace(_RESPONSES, reply=2),
