@@ -2,9 +2,11 @@
 
 A worker runs young collections rarely and freezes its start-up heap, because an analysis leaves
 no cyclic garbage: everything a request makes is freed by reference counting or kept (the index,
-the conversation's run). The first test fails if an analysis starts leaving cycles behind (they
-would then wait for the rarer collections); the second checks the worker process tunes its
-collector as it says.
+the conversation's run), and what the index evicts too (a dead run lets go of its nodes). The
+first test, in a process of its own (other tests' leftovers would be collected in its window),
+with an index small enough to evict on every turn, fails if an analysis starts leaving cycles
+behind (they would then wait for the rarer collections); the second checks the worker process
+tunes its collector as it says.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from cachewarden.proxy.cli.proxy import worker_analyzers
@@ -86,7 +89,9 @@ def run_turns(worker: Worker, done: list[Any], turns: range) -> None:
         time.sleep(0.01)
 
 
-def test_an_analysis_leaves_no_cyclic_garbage() -> None:
+def cyclic_garbage_of_turns() -> list[str]:
+    """Run in a process of its own (``__main__`` below): the types of the cyclic garbage 37 turns
+    of a conversation leave, on an index that evicts on every turn."""
     done: list[Any] = []
     lock = threading.Lock()
 
@@ -109,11 +114,20 @@ def test_an_analysis_leaves_no_cyclic_garbage() -> None:
             gc.set_debug(0)
             gc.garbage.clear()
             gc.enable()
-        assert cycles == [], f"an analysis left cyclic garbage: {sorted(set(cycles))}"
         records = {r[0] for m in done[3:] for r in m[3]}
         assert {"input_tokens", "prediction_error_tokens"} <= records, "the turns were analysed"
+        return cycles
     finally:
         worker.close()
+
+
+def test_an_analysis_leaves_no_cyclic_garbage() -> None:
+    run = subprocess.run(
+        [sys.executable, __file__], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    cycles = json.loads(run.stdout.splitlines()[-1])
+    assert cycles == [], f"an analysis left cyclic garbage: {sorted(set(cycles))}"
 
 
 def test_the_worker_freezes_its_start_up_heap_and_collects_rarely() -> None:
@@ -124,3 +138,16 @@ def test_the_worker_freezes_its_start_up_heap_and_collects_rarely() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split(")", 1)[1].split() == ["True", "True"], out
+
+
+if __name__ == "__main__":
+    from cachewarden.proxy.cli import proxy as cli_proxy
+
+    real_open = cli_proxy.open_index
+
+    def small_index(*args: Any, **kwargs: Any) -> Any:
+        # ~20 turns of the conversation: from then on every insert evicts its oldest blocks.
+        return real_open(*args, **{**kwargs, "max_tokens": 3_000})
+
+    cli_proxy.open_index = small_index  # type: ignore[assignment]
+    print(json.dumps(cyclic_garbage_of_turns()))

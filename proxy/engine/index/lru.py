@@ -161,6 +161,10 @@ class _Held:
             stamp.end = min(stamp.end, n.pos)
             if stamp.end <= stamp.start:
                 self._stamps.pop(stamp, None)
+                # A dead run lets go of its nodes and entry: a node, its run and the run's entry
+                # (whose leaf is a node) refer to each other, and those cycles would leave every
+                # evicted block to the garbage collector.
+                stamp.nodes, stamp.entry = [], None
             if n.ends is not None and self._entries.get(n.ends.id) is n.ends:
                 del self._entries[n.ends.id]
             if n.marks:
