@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from .checks_template import PREFIX_RULES, check_template
 from .context import Context
 from .findings import Hit
+from .py_imports import imported_constant
 from .py_render import render_hits
 from .py_sites import prompt_sites, resolved, tool_sites
-from .py_source import PyModule, callee
+from .py_source import PyModule, callee, local_function, return_value
 from .py_timeline import Timeline
 from .template_scan import OPAQUE_TEMPLATE, Piece
 
@@ -80,9 +81,26 @@ def _tool_order(module: PyModule, expr: ast.expr, depth: int) -> Iterator[Hit]:
 
 
 def _iterated(module: PyModule, iterable: ast.expr) -> Iterator[Hit]:
-    source = resolved(module, iterable)
+    if not _fixed_order(module, iterable, 0):
+        yield Hit("CW203", *module.span(iterable), {"value": module.segment(iterable)})
+
+
+def _fixed_order(module: PyModule, expr: ast.expr, depth: int) -> bool:
+    """A literal list or a ``sorted(...)``: directly, through a name, a constant another module of
+    the tree defines (``from .tool_defs import TOOLS``), or what a function of the module returns
+    (``def get_tools(self): return TOOLS``)."""
+    source = resolved(module, expr)
     if isinstance(source, ast.List | ast.Tuple):
-        return  # a literal list: its order is the source's
+        return True  # a literal list: its order is the source's
     if isinstance(source, ast.Call) and callee(source) == "sorted":
-        return
-    yield Hit("CW203", *module.span(iterable), {"value": module.segment(iterable)})
+        return True
+    if depth >= MAX_TOOL_DEPTH:
+        return False
+    if isinstance(source, ast.Name) and module.resolve(source) is None:
+        found = imported_constant(module, source.id)
+        return found is not None and _fixed_order(found[0], found[1], depth + 1)
+    if isinstance(source, ast.Call) and not source.args:
+        func = local_function(module, source)
+        returned = return_value(func) if func is not None else None
+        return returned is not None and _fixed_order(module, returned, depth + 1)
+    return False

@@ -65,6 +65,29 @@ def _defined(target: PyModule, attr: str, hops: int) -> tuple[PyModule, Function
     return _function(target.source.path, bound[0], bound[1], bound[2], hops + 1)
 
 
+def imported_constant(module: PyModule, name: str) -> tuple[PyModule, ast.expr] | None:
+    """The value another module of the tree binds, once and at its top level, to a name this module
+    imports from it (``from .tool_defs import SEARCH_TOOLS``), else None."""
+    bound = module.imports.get(name)
+    if bound is None or bound[2] is None:
+        return None
+    for _ in range(MAX_HOPS):
+        path = module_file(module.source.path, bound[0], bound[1])
+        target = parsed(path) if path is not None else None
+        if target is None:
+            return None
+        chain = target.bindings.get((id(target.tree), bound[2]))
+        if chain:
+            if len(chain) == 1 and chain[0].op == "=" and chain[0].value is not None:
+                return target, chain[0].value
+            return None
+        bound = target.imports.get(bound[2])  # re-exported: one more hop
+        if bound is None or bound[2] is None:
+            return None
+        module = target
+    return None
+
+
 @functools.lru_cache(maxsize=4096)
 def module_file(importer: str, name: str, level: int) -> str | None:
     """The file of module ``name`` imported from file ``importer`` (``level`` leading dots)."""

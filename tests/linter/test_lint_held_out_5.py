@@ -202,3 +202,35 @@ def test_a_json_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     settings = tmp_path / "launchSettings.json"
     settings.write_text('\ufeff{"profiles": {"web": {"commandName": "Project"}}}\n', encoding="utf-8")
     assert main([str(settings)]) == 0
+
+
+# --- tool lists from constants (set 6) ---------------------------------------------------------
+
+
+def _tools_package(tmp_path: Path, constant: str, iterated: str) -> list[tuple[str, str]]:
+    package = tmp_path / "finder"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "tool_defs.py").write_text(f"SEARCH_TOOLS = {constant}\n", encoding="utf-8")
+    source = (
+        "from openai import OpenAI\n\nfrom .tool_defs import SEARCH_TOOLS\n\n\n"
+        "class Finder:\n"
+        "    def get_tools(self):\n        return SEARCH_TOOLS\n\n"
+        "    def run(self, client, query):\n"
+        "        messages = [{'role': 'user', 'content': query}]\n"
+        "        return client.chat.completions.create(model='gpt-4o', messages=messages,\n"
+        f"            tools=[{{'type': 'function', 'function': t}} for t in {iterated}])\n"
+    )
+    (package / "agent.py").write_text(source, encoding="utf-8")
+    return [(f.code, f.severity) for f in lint_source(str(package / "agent.py"), source)]
+
+
+def test_tools_from_a_list_constant_of_another_module_keep_their_order(tmp_path: Path) -> None:
+    tools = '[{"name": "grep", "parameters": {}}, {"name": "read", "parameters": {}}]'
+    assert ("CW203", "warning") not in _tools_package(tmp_path / "a", tools, "SEARCH_TOOLS")
+    assert ("CW203", "warning") not in _tools_package(tmp_path / "b", tools, "self.get_tools()")
+
+
+def test_tools_from_a_set_constant_are_still_unordered(tmp_path: Path) -> None:
+    tools = '{"grep", "read"}'
+    assert ("CW203", "warning") in _tools_package(tmp_path / "c", tools, "SEARCH_TOOLS")
