@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -422,20 +423,29 @@ def test_write_behind_reads_its_own_writes_and_reports_failures(own_redis: Any) 
     assert index.lookup("s", [7, 8, 9], now=7, ttl=0).held_prefix_tokens == 3
 
 
+def _written_again_after(
+    redis_server: Any, first: list[int], then: list[int], lose: Callable[[Any], object]
+) -> tuple[RedisIndex, RedisIndex, str]:
+    """A replica writes ``first`` (writes behind), Redis loses something (``lose(client)``), the
+    replica writes ``then``: its index, another replica's on the same Redis, the second write's id."""
+    index = _index(redis_server, block_size=4, write_behind=True)
+    other = _index(redis_server, block_size=4)
+    index.insert("s", first, now=0)
+    index.flush()
+    with redis_server.client() as c:
+        lose(c)
+    eid = index.insert("s", then, now=1)
+    index.flush()
+    return index, other, eid
+
+
 def test_blocks_left_out_of_a_write_are_sent_again_when_redis_lost_them(
     redis_url: str, redis_server: Any
 ) -> None:
     # A write leaves out the bytes of the full blocks the index knows are stored; Redis flushed
     # (or expired, or swept) meanwhile: the script says which ones it lacks and they go again.
-    index = _index(redis_server, block_size=4, write_behind=True)
-    other = _index(redis_server, block_size=4)
     toks = list(range(1, 23))
-    index.insert("s", toks, now=0)
-    index.flush()
-    with redis_server.client() as c:
-        c.flushall()
-    eid = index.insert("s", [*toks, 99], now=1)
-    index.flush()
+    _, other, eid = _written_again_after(redis_server, toks, [*toks, 99], lambda c: c.flushall())
     # Exact inside a full block too (that needs the block's own member, not only its digest).
     assert _t(other.lookup("s", [*toks[:10], 7, 7, 7], now=2, ttl=0)) == (10, 10, eid, 23, 1.0)
     assert _t(other.lookup("s", [*toks, 99, 5], now=2, ttl=0)) == (23, 23, eid, 23, 1.0)
@@ -638,15 +648,8 @@ def test_script_calls_packed_by_the_index_are_what_redis_py_sends(redis_url: str
 def test_a_channel_reloads_its_scripts_after_a_script_flush(redis_url: str, redis_server: Any) -> None:
     # The channel reads replies itself: a NOSCRIPT reply must still be told from other errors
     # (a write is sent again behind the scripts; a lookup raises once, the next one works).
-    index = _index(redis_server, block_size=4, write_behind=True)
-    other = _index(redis_server, block_size=4)
     toks = list(range(1, 11))
-    index.insert("s", toks, now=0)
-    index.flush()
-    with redis_server.client() as c:
-        c.script_flush()
-    index.insert("s", [*toks, 11], now=1)
-    index.flush()
+    index, other, _ = _written_again_after(redis_server, toks, [*toks, 11], lambda c: c.script_flush())
     assert other.lookup("s", [*toks, 11], now=2, ttl=0).held_prefix_tokens == 11
     with redis_server.client() as c:
         c.script_flush()
