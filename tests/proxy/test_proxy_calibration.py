@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.engine.usage import Usage
 from cachewarden.proxy.server.analysis import EngineAnalyzer
-from cachewarden.proxy.server.hooks import Flow, Timings
 from cachewarden.proxy.server.metrics import Metrics
+from flow_support import request_flow
 from prometheus_client import generate_latest
 
 POLICY = " ".join(f"Clause {i} covers refunds for fare class {i % 7}." for i in range(400))
-
-
-def _flow(body: bytes, n: int) -> Flow:
-    return Flow(
-        id=f"f{n}",
-        route="anthropic-messages",
-        provider="anthropic",
-        upstream="anthropic",
-        method="POST",
-        path="/v1/messages",
-        request_body=body,
-        request_headers=(),
-        key_hash="k",
-        tenant="t",
-        timings=Timings(received=time.perf_counter()),
-        status=200,
-    )
 
 
 def _usage(total: int) -> Usage:
@@ -50,14 +32,14 @@ def _body(turn: int) -> bytes:
 def test_reported_usage_pulls_the_ratio_towards_the_truth() -> None:
     engine = Engine()
     analyzer = EngineAnalyzer(engine, Metrics())
-    first = _flow(_body(0), 0)
+    first = request_flow(_body(0), 0, "anthropic")
     analyzer.request(first)
     predicted = first.metadata["analysis"].tokenized.count
     start_ratio = first.metadata["analysis"].tokenized.ratio
     # The provider reports 30% more input tokens than the shipped ratio predicts.
     truth = round(predicted * 1.3)
     for n in range(40):
-        flow = _flow(_body(n), n)
+        flow = request_flow(_body(n), n, "anthropic")
         analyzer.request(flow)
         flow.usage = Usage(
             input_total=truth, cached=0, cache_write=0, cache_write_1h=0, uncached=truth, output=1
@@ -65,7 +47,7 @@ def test_reported_usage_pulls_the_ratio_towards_the_truth() -> None:
         analyzer.response(flow)
     learned = engine.counter.ratio_for("claude-sonnet-5", start_ratio)
     assert learned > start_ratio * 1.2
-    final = _flow(_body(99), 99)
+    final = request_flow(_body(99), 99, "anthropic")
     analyzer.request(final)
     assert abs(final.metadata["analysis"].tokenized.count - truth) / truth < 0.05
 
@@ -74,7 +56,7 @@ def test_exact_tokenizers_are_not_calibrated() -> None:
     engine = Engine()
     analyzer = EngineAnalyzer(engine, Metrics())
     body = json.dumps({"model": "gpt-4.1", "messages": [{"role": "user", "content": POLICY}]}).encode()
-    flow = _flow(body, 0)
+    flow = request_flow(body, 0, "anthropic")
     flow.route, flow.provider, flow.upstream = "openai-chat", "openai-chat", "openai"
     analyzer.request(flow)
     count = flow.metadata["analysis"].tokenized.count
@@ -93,7 +75,7 @@ def test_a_ratio_that_explains_every_report_does_not_drift() -> None:
     analyzer = EngineAnalyzer(engine, Metrics())
     start = None
     for n in range(40):
-        flow = _flow(_body(n * 7919), n)
+        flow = request_flow(_body(n * 7919), n, "anthropic")
         analyzer.request(flow)
         tokenized = flow.metadata["analysis"].tokenized
         start = tokenized.ratio if start is None else start
@@ -101,18 +83,6 @@ def test_a_ratio_that_explains_every_report_does_not_drift() -> None:
         flow.usage = _usage(tokenized.count)  # the exact count of the shipped ratio
         analyzer.response(flow)
     assert engine.counter.ratio_for("claude-sonnet-5", -1.0) in (-1.0, start)
-
-
-def _chat_flow(body: dict[str, Any], n: int, tenant: str = "t") -> Flow:
-    flow = _flow(json.dumps(body).encode(), n)
-    flow.route, flow.provider, flow.upstream, flow.path = (
-        "openai-chat",
-        "openai-chat",
-        "openai",
-        "/v1/chat/completions",
-    )
-    flow.tenant = tenant
-    return flow
 
 
 def _tools_body(turn: int, tool: str = "lookup") -> dict[str, Any]:
@@ -127,23 +97,23 @@ def test_offset_per_tool_set_makes_the_next_count_exact() -> None:
     engine = Engine()
     metrics = Metrics()
     analyzer = EngineAnalyzer(engine, metrics)
-    first = _chat_flow(_tools_body(0), 0)
+    first = request_flow(json.dumps(_tools_body(0)).encode(), 0)
     analyzer.request(first)
     raw = first.metadata["count"].raw
     # The provider's rendering of this tool set costs 7 tokens more than the counter's.
     first.usage = _usage(raw + 7)
     analyzer.response(first)
     assert first.metadata["access_count"] == {"counted": raw, "calibrated": raw, "reported": raw + 7}
-    second = _chat_flow(_tools_body(1), 1)
+    second = request_flow(json.dumps(_tools_body(1)).encode(), 1)
     analyzer.request(second)
     count = second.metadata["count"]
     assert count.learned and count.count == count.raw + 7
     assert second.metadata["predicted_usage"].input_total == count.raw + 7
     # Another tool set, or another tenant, starts from the raw count.
-    other = _chat_flow(_tools_body(1, tool="other"), 2)
+    other = request_flow(json.dumps(_tools_body(1, tool="other")).encode(), 2)
     analyzer.request(other)
     assert other.metadata["count"].offset == 0
-    stranger = _chat_flow(_tools_body(1), 3, tenant="u")
+    stranger = request_flow(json.dumps(_tools_body(1)).encode(), 3, tenant="u")
     analyzer.request(stranger)
     assert stranger.metadata["count"].offset == 0
     second.usage = _usage(count.raw + 7)
@@ -165,7 +135,7 @@ def test_calibration_memory_is_bounded() -> None:
     analyzer = EngineAnalyzer(engine, Metrics())
     analyzer.calibration.max_entries = 5
     for n in range(20):
-        flow = _chat_flow(_tools_body(0, tool=f"t{n}"), n)
+        flow = request_flow(json.dumps(_tools_body(0, tool=f"t{n}")).encode(), n)
         analyzer.request(flow)
         flow.usage = _usage(flow.metadata["count"].raw + 3)
         analyzer.response(flow)

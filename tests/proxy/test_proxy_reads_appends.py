@@ -4,33 +4,16 @@ with the same predictions as parsing every body whole."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from cachewarden.proxy.engine.adapters import load_body
 from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.server.analysis import EngineAnalyzer
-from cachewarden.proxy.server.hooks import Flow, Timings, body_loader, parse_model
+from cachewarden.proxy.server.hooks import body_loader, parse_model
 from cachewarden.proxy.server.metrics import Metrics
+from flow_support import request_flow
 
 POLICY = " ".join(f"Rule {i}: quote section {i} of the handbook." for i in range(300))
-
-
-def _flow(body: bytes, n: int, tenant: str = "t") -> Flow:
-    return Flow(
-        id=f"f{n}",
-        route="openai-chat",
-        provider="openai-chat",
-        upstream="openai",
-        method="POST",
-        path="/v1/chat/completions",
-        request_body=body,
-        request_headers=(),
-        key_hash="k",
-        tenant=tenant,
-        timings=Timings(received=time.perf_counter()),
-        status=200,
-    )
 
 
 def _bodies(turns: int) -> list[bytes]:
@@ -50,7 +33,7 @@ def test_the_next_turn_of_a_conversation_is_parsed_from_where_it_grew() -> None:
     assert load is not None
     previous: Any = None
     for n, raw in enumerate(_bodies(6)):
-        flow, reference = _flow(raw, n), _flow(raw, n)
+        flow, reference = request_flow(raw, n), request_flow(raw, n)
         parse_model(flow, load)
         analyzer.request(flow)
         reference.metadata["body"] = load_body(raw)

@@ -25,6 +25,7 @@ from cachewarden.proxy.engine.usage import Usage
 from cachewarden.proxy.server.analysis_worker import Worker, request_state, response_state
 from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.server.hooks import Flow, Timings
+from flow_support import request_flow
 
 SYSTEM = "\n".join(f"Rule {i}: requests of kind {i} go to desk {i % 7} within {i} hours." for i in range(150))
 
@@ -55,23 +56,16 @@ def body(turn: int) -> bytes:
 
 def flow(turn: int) -> Flow:
     now = time.perf_counter()
-    return Flow(
-        id=f"f{turn}",
-        route="openai-chat",
-        provider="openai-chat",
-        upstream="openai",
-        method="POST",
-        path="/v1/chat/completions",
-        request_body=body(turn),
-        request_headers=(),
-        key_hash="k",
+    usage = Usage(
+        input_total=900 + turn, cached=900, cache_write=0, cache_write_1h=0, uncached=turn, output=5
+    )
+    return request_flow(
+        body(turn),
+        turn,
         tenant="team",
         timings=Timings(received=now, sent=now),
-        status=200,
         outcome="200",
-        usage=Usage(
-            input_total=900 + turn, cached=900, cache_write=0, cache_write_1h=0, uncached=turn, output=5
-        ),
+        usage=usage,
         usage_raw={"prompt_tokens": 900 + turn},
         response_ended=True,
     )
