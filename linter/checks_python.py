@@ -31,9 +31,9 @@ def check_python(ctx: Context, module: PyModule) -> Iterator[Hit]:
             timeline.text(site.expr)
         else:
             timeline.chain(site.chain)
-        if site.history_after:
+        if site.history_after and site.expr is not None:  # a message written in place
             # The history after this message is cached text of unknown length.
-            end = module.span(site.expr)[1] if site.expr is not None else 0
+            end = module.span(site.expr)[1]
             timeline.scan.pieces.append(Piece(True, end, end, include=OPAQUE_TEMPLATE))
         here = Context(ctx.source, ctx.settings, model=site.model, provider=site.provider)
         system = [(0, len(text))] if site.system else []

@@ -379,20 +379,31 @@ def _format_fields(pieces: list[Piece]) -> list[Piece]:
     for piece in pieces:
         if not piece.static or piece.include or "%" not in piece.text:
             out.append(piece)
+        else:
+            out.extend(_split(piece, FORMAT_CLOCK, every=False))
+    return out
+
+
+def _split(piece: Piece, pattern: re.Pattern[str], every: bool) -> list[Piece]:
+    """A static piece cut at ``pattern``'s fields (groups ``name`` and ``spec``): every field, or
+    (``every`` false) only the volatile ones, the others staying text."""
+    out: list[Piece] = []
+    last = 0
+    for m in pattern.finditer(piece.text):
+        field = field_piece(
+            m.group("name"), m.group("spec") or "", piece.start + m.start(), piece.start + m.end()
+        )
+        if field.volatile is None and not every:
             continue
-        last = 0
-        for m in FORMAT_CLOCK.finditer(piece.text):
-            field = field_piece(
-                m.group("name"), m.group("spec"), piece.start + m.start(), piece.start + m.end()
-            )
-            if field.volatile is None:
-                continue
-            field.branch = piece.branch
-            if m.start() > last:
-                out.append(_static_part(piece, last, m.start()))
-            out.append(field)
-            last = m.end()
-        out.append(_static_part(piece, last, len(piece.text)) if last else piece)
+        field.branch = piece.branch
+        if m.start() > last:
+            out.append(_static_part(piece, last, m.start()))
+        out.append(field)
+        last = m.end()
+    if not last:
+        out.append(piece)
+    elif last < len(piece.text):
+        out.append(_static_part(piece, last, len(piece.text)))
     return out
 
 
@@ -400,22 +411,9 @@ def _format_fields(pieces: list[Piece]) -> list[Piece]:
 # folders, LangChain's `PromptTemplate.from_file`), read in `.txt` / `.prompt` files only (Markdown
 # shows `/tasks/{task_id}` routes). Two distinct names or more: one braced word in prose ("replace
 # {name} with yours") is not a template.
-_PLAIN_FIELD = re.compile(r"(?<![{\w])\{([A-Za-z_]\w*)(?:![rsa])?(?::([^{}\n]*))?\}(?!\})")
+_PLAIN_FIELD = re.compile(r"(?<![{\w])\{(?P<name>[A-Za-z_]\w*)(?:![rsa])?(?::(?P<spec>[^{}\n]*))?\}(?!\})")
 PLAIN_FIELDS_MIN = 2
 PLAIN_SUFFIXES = (".txt", ".prompt")
-
-
-def _plain_fields(piece: Piece) -> list[Piece]:
-    out: list[Piece] = []
-    last = 0
-    for m in _PLAIN_FIELD.finditer(piece.text):
-        if m.start() > last:
-            out.append(_static_part(piece, last, m.start()))
-        out.append(field_piece(m.group(1), m.group(2) or "", piece.start + m.start(), piece.start + m.end()))
-        last = m.end()
-    if last < len(piece.text):
-        out.append(_static_part(piece, last, len(piece.text)))
-    return out
 
 
 def _static_part(piece: Piece, a: int, b: int) -> Piece:
@@ -429,8 +427,8 @@ def scan_template(text: str, aliases: dict[str, Volatile] | None = None, plain_f
     names variables the caller knows to be volatile (a ``render(now=datetime.now())`` keyword)."""
     if "{{" not in text and "{%" not in text and "{#" not in text:
         whole = Piece(True, 0, len(text), text=text)
-        if plain_fields and len({m.group(1) for m in _PLAIN_FIELD.finditer(text)}) >= PLAIN_FIELDS_MIN:
-            return Scan(pieces=_plain_fields(whole))  # a str.format template kept as a text file
+        if plain_fields and len({m.group("name") for m in _PLAIN_FIELD.finditer(text)}) >= PLAIN_FIELDS_MIN:
+            return Scan(pieces=_split(whole, _PLAIN_FIELD, every=True))  # a str.format template file
         return Scan(pieces=_format_fields([whole]))  # text only
     tree = _ENV.parse(text)
     scanner = _Scanner(text, aliases)

@@ -86,8 +86,7 @@ def test_busy_cpus_leave_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_real_sample_reads_this_machine() -> None:
-    started = cpu_sample()
-    if started is None:
+    if not os.path.exists("/proc/stat"):
         pytest.skip("no /proc/stat on this system")
-    cpus = len(os.sched_getaffinity(0))
-    assert 0.0 <= idle_cpus.idle_cpus(started, cpus) <= cpus
+    started = cpu_sample()  # the kernel's own file parses: not the load-average fallback
+    assert started is not None and started.busy_ticks + started.idle_ticks > 0
