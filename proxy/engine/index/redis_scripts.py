@@ -44,7 +44,7 @@ end
 
 local function groups_shared(q, m)
   -- The largest g such that the first 4g bytes of the query's groups q and of member m agree.
-  if string.byte(m, 1) < 128 then return 0 end  -- a digest member or the sweep mark
+  if string.byte(m, 1) < 128 then return 0 end  -- the sweep mark
   local hi = math.min(#q, terminator(m) - 1) / 4
   -- Most often one is a prefix of the other (a conversation's turns): one compare. Otherwise a
   -- binary search (string compares run in C) that only compares the bytes not known to agree:
@@ -139,7 +139,7 @@ local function around(key, values, q, t, cap)
       got = fetch(key, from[side], side, offset, batch)
     end
   end
-  if not best then return {0, false, 0} end  -- a full block whose digest member is gone
+  if not best then return {0, false, 0} end  -- a full block whose value is gone from the values hash
   return {held, best, live}
 end
 """
