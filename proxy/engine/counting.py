@@ -13,7 +13,7 @@ conversation has to know every place where that loop drops tokens.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .counting_memo import LatestStreams, SegmentMemo, Shape
@@ -216,13 +216,13 @@ class PromptCounter:
         and o200k's punctuation pieces run on over newlines and "/": ";\n\n//" is one pre-token piece.
         """
         key = f"join\x00{left.digest if left else 'head'}\x00{right.digest if right else 'tail'}"
-        hit = self.memo.get((tok.name, "join", key))
-        if hit is None:
-            a = (TOOLS_HEAD if left is None else self._tool_text(left))[-32:]
-            b = (TOOLS_TAIL if right is None else self._tool_text(right))[:32]
-            hit = (len(tok.encode(a + b)) - len(tok.encode(a)) - len(tok.encode(b)),)
-            self.memo.put((tok.name, "join", key), hit)
-        return hit[0]
+        return self._boundary(
+            tok,
+            "join",
+            key,
+            lambda: (TOOLS_HEAD if left is None else self._tool_text(left))[-32:],
+            lambda: (TOOLS_TAIL if right is None else self._tool_text(right))[:32],
+        )
 
     def _text_join(self, tok: Tokenizer, left: Segment, right: Segment) -> int:
         """Tokens gained (< 0: lost) where two text parts of one message meet, tokenized as one text.
@@ -230,11 +230,18 @@ class PromptCounter:
         64 characters on either side hold any pre-token piece that can span the boundary.
         """
         key = f"pjoin\x00{left.digest}\x00{right.digest}"
-        hit = self.memo.get((tok.name, "pjoin", key))
+        return self._boundary(tok, "pjoin", key, lambda: left.text[-64:], lambda: right.text[:64])
+
+    def _boundary(
+        self, tok: Tokenizer, kind: str, key: str, before: Callable[[], str], after: Callable[[], str]
+    ) -> int:
+        """Tokens gained (< 0: lost) when the text ending ``before()`` and the text starting
+        ``after()`` are tokenized as one, memoised under ``(kind, key)`` (the texts made on a miss only)."""
+        hit = self.memo.get((tok.name, kind, key))
         if hit is None:
-            a, b = left.text[-64:], right.text[:64]
+            a, b = before(), after()
             hit = (len(tok.encode(a + b)) - len(tok.encode(a)) - len(tok.encode(b)),)
-            self.memo.put((tok.name, "pjoin", key), hit)
+            self.memo.put((tok.name, kind, key), hit)
         return hit[0]
 
     @staticmethod
