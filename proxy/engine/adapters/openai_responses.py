@@ -154,16 +154,18 @@ def parse_responses(body: Obj, model: str | None = None, resume: Resume | None =
         if instructions is None or isinstance(instructions, str)
         else None
     )
-    segments = list(reused) if reused is not None else tool_segments(body, _tool_name)
-    if reused is None:
+    if reused is not None:
+        segments = list(reused)
+    else:
+        segments = tool_segments(body, _tool_name)
         text_config = opt_obj(body, "text", "")
         if text_config is not None:
             schema = schema_segment(opt_obj(text_config, "format", "text"), "text.format")
             if schema is not None:
                 segments.append(schema)
+        if isinstance(instructions, str):
+            segments.append(Segment("instructions", "system", instructions))
     name = read_model(body, model)
-    if isinstance(instructions, str) and reused is None:
-        segments.append(Segment("instructions", "system", instructions))
     calls = Carry()
     if instructions is not None and not isinstance(instructions, str):
         for i, item in enumerate(as_list(instructions, "instructions")):
