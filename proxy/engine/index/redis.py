@@ -408,10 +408,12 @@ class RedisIndex:
             earlier = self._by_toks.get(id(origin[0])) if origin is not None else None
             if earlier is None or origin is None or earlier.toks is not origin[0] or earlier.scope != scope:
                 earlier = self._scopes.get(scope)
-        chain, members, nodes, packed = [self._root(scope)], [], [], []
+        members, nodes, packed, digests = [], [], [], []
         shared = 0  # full blocks taken from the earlier prompt
         same = 0  # tokens known equal to the earlier prompt's by construction (query.derived)
-        if earlier is not None:
+        if earlier is None:
+            chain = [self._root(scope)]
+        else:
             limit = min(full, len(earlier.toks) // bs)
             if origin is not None and origin[0] is earlier.toks:
                 same = origin[1]
@@ -420,6 +422,7 @@ class RedisIndex:
             members = earlier.members[:shared]
             nodes = earlier.nodes[:shared]
             packed = earlier.packed[:shared]
+            digests = earlier.digests[:shared]
         root = chain[0]
         cache, fresh = self._blocks, []
         for k in range(shared, full):
@@ -451,7 +454,7 @@ class RedisIndex:
         nodes.extend(new)
         packed.extend(map(bulk, new))
         packed.append(bulk(tag + b"v"))
-        digests = [c[:_FIELD] for c in chain[1 : full + 1]]
+        digests.extend(c[:_FIELD] for c in chain[shared + 1 : full + 1])
         prepared = _Prepared(scope, key, root, chain, members, nodes, tag + b"v", packed, digests)
         self._last.value = prepared
         with self._blocks_lock:
