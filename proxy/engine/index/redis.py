@@ -67,7 +67,7 @@ import redis
 from .base import NO_MATCH, IndexStats, Lookup, Marks, Match, insert_after
 from .query import _common_blocks, origin_of
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
-from .redis_writes import Channel, Command, WriteBehind, bulk
+from .redis_writes import Channel, Command, WriteBehind, argument, bulk
 
 __all__ = ["RedisIndex"]
 
@@ -197,11 +197,9 @@ def _resp(script: Script, keys: Sequence[bytes], args: Sequence[bytes | str | in
     """An EVALSHA in RESP from its keys already packed (``bulk``): what ``_pack`` makes of the
     command, without packing the keys again on every call (most of a call's arguments)."""
     n = len(keys)
-    parts = [b"*%d\r\n" % (3 + n + len(args)), _HEADS[script], bulk(b"%d" % n), *keys]
-    for a in args:
-        raw = a if isinstance(a, bytes) else a.encode() if isinstance(a, str) else b"%d" % a
-        parts += (b"$%d\r\n" % len(raw), raw, b"\r\n")
-    return b"".join(parts)
+    return b"".join(
+        [b"*%d\r\n" % (3 + n + len(args)), _HEADS[script], bulk(b"%d" % n), *keys, *map(argument, args)]
+    )
 
 
 def _threshold(now: float, ttl: float) -> float:

@@ -294,16 +294,16 @@ def bulk(raw: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(raw), raw)
 
 
+def argument(a: object) -> bytes:
+    """One argument of any type a command takes, in RESP (as redis-py encodes it)."""
+    if isinstance(a, bytes):
+        return bulk(a)
+    if isinstance(a, str):
+        return bulk(a.encode())
+    return bulk(b"%d" % a if isinstance(a, int) else repr(a).encode())
+
+
 def _pack(args: tuple[Any, ...]) -> bytes:
     """One command in RESP: what redis-py's packer makes, at a tenth of its cost for these
     arguments (mostly bytes)."""
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, bytes):
-            raw = a
-        elif isinstance(a, str):
-            raw = a.encode()
-        else:
-            raw = (b"%d" % a) if isinstance(a, int) else repr(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
-    return b"".join(out)
+    return b"".join([b"*%d\r\n" % len(args), *map(argument, args)])
