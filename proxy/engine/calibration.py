@@ -19,12 +19,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
 
 from .counting import PromptCounter, TokenizedPrompt, provider_count
-from .prompt import Prompt
+from .prompt import Prompt, Segment
 
 # The parts that do not change between the turns of one conversation (and where the rendering
 # errors live); messages are left out so that a growing conversation keeps its key.
@@ -45,19 +46,101 @@ _KIND = attrgetter("kind")
 
 def fixed_digest(prompt: Prompt) -> str:
     """Digest of the request's fixed parts: tools, output schema and top-level / first system text."""
+    return _fixed(prompt.fingerprint, prompt.segments)[0]
+
+
+def _counts(seg: Segment, first_index: int | None) -> bool:
+    """Whether ``seg`` is one of the fixed parts, the first message being ``first_index``."""
+    if seg.kind in FIXED_KINDS:
+        return True
+    top_system = seg.message_index is None or (
+        seg.message_index == first_index and seg.role in ("system", "developer")
+    )
+    return seg.kind == "system" and top_system
+
+
+def _fixed(fingerprint: str, segments: Sequence[Segment]) -> tuple[str, int, int]:
+    """(digest, where the first segment that is not a tool or schema is (-1: none), one past the
+    last fixed part) of ``segments``."""
     h = hashlib.blake2b(digest_size=8)
-    h.update(prompt.fingerprint.encode())
-    first_index = next((s.message_index for s in prompt.segments if s.kind not in FIXED_KINDS), None)
+    h.update(fingerprint.encode())
+    first = next((i for i, s in enumerate(segments) if s.kind not in FIXED_KINDS), -1)
+    first_index = segments[first].message_index if first >= 0 else None
     # Only tools, schemas and system text can count: picked out at C speed (a long history of
     # messages costs no Python loop), then judged one by one.
-    candidates = compress(prompt.segments, map(_CANDIDATE_KINDS.__contains__, map(_KIND, prompt.segments)))
-    for seg in candidates:
-        top_system = seg.message_index is None or (
-            seg.message_index == first_index and seg.role in ("system", "developer")
-        )
-        if seg.kind in FIXED_KINDS or (seg.kind == "system" and top_system):
+    end = 0
+    for i in compress(range(len(segments)), map(_CANDIDATE_KINDS.__contains__, map(_KIND, segments))):
+        seg = segments[i]
+        if _counts(seg, first_index):
             h.update(seg.digest.encode())
-    return h.hexdigest()
+            end = i + 1
+    return h.hexdigest(), first, end
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    segments: tuple[Segment, ...]  # held: the key is its id
+    fingerprint: str
+    digest: str
+    first: int  # the first segment that is not a tool or schema (-1: none)
+    end: int  # one past the last fixed part
+
+
+class FixedDigests:
+    """``fixed_digest`` of the latest prompts, each next one of a conversation taken from its basis'.
+
+    A prompt read from an earlier one (``Prompt.basis``) shares its first ``shared`` segments with
+    it (``reading`` proves it). When those hold every fixed part of the earlier prompt and its first
+    message, the new prompt's fixed parts are the earlier one's plus any among its new segments:
+    only those are looked at (a conversation's next turn costs its new segments, not its history:
+    ~0.1 ms at 1,000 messages from scratch, ~15 µs so). Bounded by entries; thread-safe.
+    """
+
+    def __init__(self, entries: int = 1024) -> None:
+        self._max = max(1, entries)
+        self._data: OrderedDict[int, _Known] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, prompt: Prompt) -> str:
+        segments = prompt.segments
+        with self._lock:
+            known = self._data.get(id(segments))
+        if known is not None and known.segments is segments and known.fingerprint == prompt.fingerprint:
+            return known.digest
+        found = self._from_basis(prompt)
+        if found is None:
+            digest, first, end = _fixed(prompt.fingerprint, segments)
+        else:
+            digest, first, end = found
+        with self._lock:
+            self._data[id(segments)] = _Known(segments, prompt.fingerprint, digest, first, end)
+            self._data.move_to_end(id(segments))
+            while len(self._data) > self._max:
+                self._data.popitem(last=False)
+        return digest
+
+    def _from_basis(self, prompt: Prompt) -> tuple[str, int, int] | None:
+        basis = prompt.basis
+        earlier = basis.prompt() if basis is not None else None
+        if basis is None or earlier is None:
+            return None
+        with self._lock:
+            known = self._data.get(id(earlier.segments))
+        if known is None or known.segments is not earlier.segments or known.fingerprint != prompt.fingerprint:
+            return None
+        shared = min(basis.shared, len(earlier.segments), len(prompt.segments))
+        # The first message and every fixed part inside the shared segments: then both prompts
+        # judge their segments against the same first message, and the earlier one's digest
+        # covers every fixed part up to ``shared``.
+        if not 0 <= known.first < shared or known.end > shared:
+            return None
+        segments = prompt.segments
+        first_index = segments[known.first].message_index
+        # A slice, not islice: islice would step over the shared segments one by one.
+        kinds = map(_CANDIDATE_KINDS.__contains__, map(_KIND, segments[shared:]))
+        if any(_counts(segments[i], first_index) for i in compress(range(shared, len(segments)), kinds)):
+            return None  # a fixed part among the new segments: digested whole (rare)
+        return known.digest, known.first, known.end
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +166,13 @@ class CountCalibration:
         self._offsets: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._ratios: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._digests = FixedDigests()
 
     def __len__(self) -> int:
         return len(self._offsets)
 
     def apply(self, tenant: str, prompt: Prompt, tokenized: TokenizedPrompt) -> Calibrated:
-        key = fixed_digest(prompt)
+        key = self._digests.of(prompt)
         with self._lock:
             offset = self._offsets.get((tenant, key))
             if offset is not None:
@@ -109,7 +193,7 @@ class CountCalibration:
         offset = reported - count
         if abs(offset) > MAX_OFFSET_SHARE * reported or self.max_entries == 0:
             return
-        key = (tenant, fixed_digest(prompt))
+        key = (tenant, self._digests.of(prompt))
         with self._lock:
             self._offsets[key] = offset
             self._offsets.move_to_end(key)

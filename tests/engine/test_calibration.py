@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
+from cachewarden.proxy.engine import calibration
 from cachewarden.proxy.engine.adapters import parse_request
-from cachewarden.proxy.engine.calibration import CountCalibration, fixed_digest
+from cachewarden.proxy.engine.calibration import CountCalibration, FixedDigests, fixed_digest
 from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.models import load_model_table
+from cachewarden.proxy.engine.prompt import Prompt, Segment
+from cachewarden.proxy.engine.reading import ConversationReader
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
@@ -57,3 +63,34 @@ def test_estimated_counts_learn_the_ratio_first() -> None:
     calibration.observe("t", prompt, tp, round(tp.count * 1.2), exact=False)
     assert counter.ratio_for("claude-sonnet-4-5", tp.ratio) > before
     assert len(calibration) == 1
+
+
+def _read(reader: ConversationReader, body: dict[str, Any]) -> Prompt:
+    return reader.parse(reader.load(json.dumps(body).encode(), tenant="t"), "openai-chat", tenant="t")
+
+
+def test_the_key_of_a_next_turn_is_taken_from_its_basis(monkeypatch: pytest.MonkeyPatch) -> None:
+    reader, digests = ConversationReader(), FixedDigests()
+    held = [_read(reader, chat("a", "b", tools=[TOOL]))]  # held: a basis refers to its prompt weakly
+    assert digests.of(held[0]) == fixed_digest(held[0])
+    whole: list[int] = []
+    digest_whole = calibration._fixed
+
+    def counted(fingerprint: str, segments: Sequence[Segment]) -> tuple[str, int, int]:
+        whole.append(len(segments))
+        return digest_whole(fingerprint, segments)
+
+    monkeypatch.setattr(calibration, "_fixed", counted)
+    held.append(_read(reader, chat("a", "b", "c", tools=[TOOL])))
+    assert held[1].basis is not None
+    key = digests.of(held[1])
+    assert not whole  # the basis' key, its new segment looked at only
+    assert key == fixed_digest(held[1]) == fixed_digest(held[0])
+    # The system prompt edited: not in the shared segments, so digested whole, and a new key.
+    held.append(_read(reader, chat("a", "b", "c", tools=[TOOL], system="Be long.")))
+    assert digests.of(held[2]) == fixed_digest(held[2]) != fixed_digest(held[1])
+    # Another model: the fingerprint differs, so the basis' digest is not taken.
+    held.append(
+        _read(reader, {**chat("a", "b", "c", "d", tools=[TOOL], system="Be long."), "model": "gpt-4o"})
+    )
+    assert digests.of(held[3]) == fixed_digest(held[3]) != fixed_digest(held[2])

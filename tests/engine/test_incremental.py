@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from cachewarden.proxy.engine.adapters import load_body, parse_request
 from cachewarden.proxy.engine.adapters._items import first_difference
+from cachewarden.proxy.engine.calibration import FixedDigests, fixed_digest
 from cachewarden.proxy.engine.counting_memo import LatestStreams
 from cachewarden.proxy.engine.engine import Engine
 from cachewarden.proxy.engine.prompt import Basis, Provider
@@ -165,6 +166,7 @@ def conversations(draw: st.DrawFn, provider: Provider) -> list[bytes]:
 
 def _check(provider: Provider, bodies: list[bytes]) -> None:
     reader, inc, scratch = ConversationReader(), Engine(), Engine()
+    keys = FixedDigests()
     for n, raw in enumerate(bodies):
         errors: list[str] = []
         try:
@@ -182,6 +184,8 @@ def _check(provider: Provider, bodies: list[bytes]) -> None:
         a, b = inc.analyse(got, tenant="t", now=float(n)), scratch.analyse(expected, tenant="t", now=float(n))
         assert a.tokenized == b.tokenized, n
         assert a.prediction == b.prediction, n
+        # The calibration key, taken from the basis' where it can be, is the one digested whole.
+        assert keys.of(got) == fixed_digest(expected), n
         # Entry ids are unique per analysis; what they point to is compared through the matches.
         assert replace(a.match, entry_id=None) == replace(b.match, entry_id=None), n
         # Attribution's areas, grown from the earlier prompt's where it can, are the scanned ones.
