@@ -298,3 +298,64 @@ def test_an_index_without_joint_lookups_inserts_after_its_lookup() -> None:
     (got,) = lookup_many([Lookup(index, "s", TOKS, 0, Insert(now=1, entry_id="now", ttl=None))], now=1)
     assert (got.held_prefix_tokens, got.entry_id) == (6, "before")
     assert index.lookup("s", TOKS, now=2, ttl=0).entry_id == "now"
+
+
+class Trusted(Overlapping):
+    """A primary that has every write for its next read (RedisIndex on a channel)."""
+
+    holds_own_writes = True
+
+    def lookup_many(self, queries: Sequence[Any], *, now: float, meanwhile: Any = None) -> list[Match]:
+        found = super().lookup_many(queries, now=now, meanwhile=meanwhile)
+        for q in queries:  # as a Redis lookup_many does: the inserts asked for, after the answers
+            if (ins := q.then_insert) is not None:
+                self.store.insert(q.scope, q.tokens, now=ins.now, entry_id=ins.entry_id)
+        return found
+
+
+def test_a_primary_that_holds_its_own_writes_is_not_merged_until_it_fails() -> None:
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
+    log: list[str] = []
+    primary = Trusted(log)
+    index = ResilientIndex(primary, LoggedInserts(log), clock=Clock())
+    assert index.trusted
+    index.insert("s", TOKS[:6], now=1, entry_id="both")  # in both stores
+    index.fallback.insert("s", TOKS, now=1, entry_id="local-only")  # not what a healthy replica has
+    log.clear()
+    then = Insert(now=2, entry_id="this-request", ttl=None)
+    (got,) = lookup_many([Lookup(index, "s", TOKS, 0, then)], now=2)
+    # No local lookup: the shared answer is the whole truth; the local insert follows it.
+    assert log == ["sent", "read", "local insert"]
+    assert (got.held_prefix_tokens, got.entry_id) == (6, "both")
+    assert index.fallback.lookup("s", TOKS, now=3, ttl=0).entry_id == "this-request"
+    assert index.marks("s", TOKS, [4], now=3, ttl=10) == {}
+    index.fallback.mark("s", TOKS, [4], now=3)
+    assert index.marks("s", TOKS, [4], now=3, ttl=10) == {}  # local marks: not asked either
+    # The call fails after its send: the local lookup stands in, made before the local insert
+    # (it does not find its own request), and from then on every answer is merged.
+    log.clear()
+    primary.fail_after_send = True
+    other = [*TOKS[:6], 99, 98]
+    (got,) = lookup_many([Lookup(index, "s", other, 0, Insert(now=4, entry_id="failed", ttl=None))], now=4)
+    assert log == ["sent", "local", "local insert"]
+    assert (got.held_prefix_tokens, got.entry_id) == (6, "this-request")
+    assert (index.outages_total, index.trusted) == (1, False)
+    primary.fail_after_send = False
+    index.healthy = True
+    log.clear()
+    (got,) = lookup_many([Lookup(index, "s", TOKS, 0)], now=5)
+    assert log == ["sent", "local", "read"] and got.entry_id == "this-request"
+    assert index.marks("s", TOKS, [4], now=5, ttl=10) == {4: 2.0}
+
+
+def test_marks_of_a_trusted_index_come_from_the_local_one_when_the_primary_fails() -> None:
+    primary = Trusted([])
+    index = ResilientIndex(primary, MemoryIndex(block_size=4), clock=Clock())
+    index.insert("s", TOKS, now=0)
+    index.mark("s", TOKS, [4], now=1)
+    primary.store.clear()  # the shared store lost them: a trusted index still reads only it
+    assert index.marks("s", TOKS, [4], now=2, ttl=10) == {}
+    primary.down = True
+    assert index.marks("s", TOKS, [4], now=2, ttl=10) == {4: 1.0}
+    assert index.outages_total == 1 and not index.trusted
