@@ -9,7 +9,9 @@ OpenAI reasoning effort) are not part of the scope: they *salt* the first token 
 the prompt they invalidate (Anthropic: ``tool_choice`` and ``thinking`` the messages, ``speed``,
 web search and citations the system prompt too; OpenAI: the whole prompt), the way vLLM
 injects its cache salt into the first block. Prompts with other parameters then diverge exactly
-where the provider's cache would, and the tools cache survives a ``tool_choice`` change.
+where the provider's cache would, and the tools cache survives a ``tool_choice`` change. Where the
+salt would fall on the very first token (OpenAI), it names a scope of its own instead: the same
+matches, and the index walks the counter's stream as it is (``scoped_stream``).
 A second, model-blind index over the unsalted tokens (scope = tenant, provider family) finds the
 earlier request a miss should be compared with, so attribution can say ``model-changed`` or
 ``params-changed`` instead of ``cold``.
@@ -36,6 +38,7 @@ from cachewarden.proxy.engine.index.base import (
     marks_many,
 )
 from cachewarden.proxy.engine.index.memory import MemoryIndex
+from cachewarden.proxy.engine.index.query import derived, origin_of
 
 from .cache_model import Prediction, breakpoint_positions, predict
 from .counting import PromptCounter, TokenizedPrompt
@@ -93,30 +96,59 @@ def _salt_points(prompt: Prompt, tp: TokenizedPrompt) -> list[tuple[int, tuple[t
     """(stream position, parameters) pairs: where each group of parameters starts to matter."""
     if prompt.provider != "anthropic":
         return [(0, tuple(p for p in prompt.params if p[0] not in _POLICY_PARAMS))]
-    kinds = [s.kind for s in prompt.segments]
-    after_tools = max((tp.spans[i][1] for i, k in enumerate(kinds) if k == "tool"), default=0)
-    first_message = next(
-        (tp.spans[i][0] for i, s in enumerate(prompt.segments) if s.message_index is not None), len(tp.tokens)
-    )
+    # Tools, then top-level system text, then the messages (the adapter's cache order; only a
+    # body's own tools are "tool" segments): read up to the first message, not a long history.
+    after_tools, first_message = 0, len(tp.tokens)
+    for seg, (start, end) in zip(prompt.segments, tp.spans, strict=False):
+        if seg.message_index is not None:
+            first_message = start
+            break
+        if seg.kind == "tool":
+            after_tools = max(after_tools, end)
     system_level = tuple(p for p in prompt.params if p[0] in _SYSTEM_LEVEL_PARAMS)
     message_level = tuple(p for p in prompt.params if p[0] not in _SYSTEM_LEVEL_PARAMS)
     return [(after_tools, system_level), (first_message, message_level)]
+
+
+def _salt(token: int, params: tuple[tuple[str, str], ...]) -> int:
+    # Negative and large: cannot collide with a real token id. blake2b, not hash(): Python salts
+    # string hashes per process, and replicas sharing an index must salt alike.
+    digest = hashlib.blake2b(repr((token, params)).encode(), digest_size=8).digest()
+    return -(int.from_bytes(digest, "big") & _SALT_MASK) - (1 << 40)
+
+
+def _salted(
+    tokens: Sequence[int], points: Sequence[tuple[int, tuple[tuple[str, str], ...]]]
+) -> Sequence[int]:
+    salted: list[int] | None = None
+    for at, params in points:
+        if not params or at >= len(tokens):
+            continue
+        salted = salted if salted is not None else list(tokens)
+        salted[at] = _salt(salted[at], params)
+    return salted if salted is not None else tokens
 
 
 def salted_tokens(prompt: Prompt, tp: TokenizedPrompt) -> Sequence[int]:
     """The token stream the scoped index sees: parameters folded into tokens (see module doc)."""
     if not prompt.params or not tp.tokens:
         return tp.tokens
-    salted: list[int] | None = None
-    for at, params in _salt_points(prompt, tp):
-        if not params or at >= len(tp.tokens):
-            continue
-        salted = salted if salted is not None else list(tp.tokens)
-        # Negative and large: cannot collide with a real token id. blake2b, not hash(): Python salts
-        # string hashes per process, and replicas sharing an index must salt alike.
-        digest = hashlib.blake2b(repr((salted[at], params)).encode(), digest_size=8).digest()
-        salted[at] = -(int.from_bytes(digest, "big") & _SALT_MASK) - (1 << 40)
-    return salted if salted is not None else tp.tokens
+    return _salted(tp.tokens, _salt_points(prompt, tp))
+
+
+def scoped_stream(scope: str, prompt: Prompt, tp: TokenizedPrompt) -> tuple[str, Sequence[int]]:
+    """The scope and stream the scoped index is asked with: ``scope`` and ``salted_tokens``, except
+    where the parameters salt the very first token (OpenAI: the whole prompt). A stream salted there
+    shares a prefix with exactly the streams of the same parameters (and first token), which are
+    the streams of a scope named after the parameters: the salt goes into the scope, and the index
+    walks the counter's own stream (no copy of it, and the index resumes it from the previous one
+    of the conversation instead of comparing a long history again). The same matches either way."""
+    if prompt.params and tp.tokens and prompt.provider != "anthropic":
+        ((_, params),) = _salt_points(prompt, tp)
+        if params:
+            flat = hashlib.blake2b(repr(params).encode(), digest_size=8).hexdigest()
+            return f"{scope}\x1fsalt:{flat}", tp.tokens
+    return scope, salted_tokens(prompt, tp)
 
 
 class Engine:
@@ -147,6 +179,7 @@ class Engine:
         self._held_tokens = 0
         self._lock = threading.Lock()
         self._lineage = Lineage(4 * history_size)
+        self._salted_streams = _SaltedStreams()
 
     # -- scopes ---------------------------------------------------------------------------------
     @staticmethod
@@ -194,8 +227,10 @@ class Engine:
         scope = self.scope(tenant, prompt)
         # Tuples: a MemoryIndex shares its walk of an immutable sequence between the calls below.
         tokens = _frozen(tp.tokens)
-        salted = salted_tokens(prompt, tp)
-        stream = tokens if salted is tp.tokens else _frozen(salted)
+        index_scope, salted = scoped_stream(scope, prompt, tp)
+        stream = tokens
+        if salted is not tp.tokens:
+            stream = self._salted_streams.freeze(tokens, salted, _salt_points(prompt, tp))
 
         wide = self.wide_scope(tenant, prompt)
         entry_id = f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
@@ -209,12 +244,12 @@ class Engine:
         # Both lookups at once: two shared indexes on one Redis answer in one round trip.
         match, wide_match = lookup_many(
             [
-                Lookup(self.index, scope, stream, rules.ttl_seconds, scoped_insert),
+                Lookup(self.index, index_scope, stream, rules.ttl_seconds, scoped_insert),
                 Lookup(self.wide_index, wide, tokens, 0, wide_insert),
             ],
             now=now,
         )
-        marks = _MarkBook(self.index, scope, stream, now, rules.ttl_seconds, rules.max_ttl_seconds)
+        marks = _MarkBook(self.index, index_scope, stream, now, rules.ttl_seconds, rules.max_ttl_seconds)
         prediction = predict(prompt, tp, rules, match, marks.lookup, now=now)
 
         previous = self.history(wide_match.entry_id, tenant)
@@ -226,7 +261,7 @@ class Engine:
             )
 
         if not inserts_first:
-            self.index.insert(scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
+            self.index.insert(index_scope, stream, now=now, entry_id=entry_id, ttl=rules.ttl_seconds)
             self.wide_index.insert(wide, tokens, now=now, entry_id=entry_id, ttl=rules.max_ttl_seconds)
             # Only breakpoint predictions read marks (cache_model.predict): in the prefix modes a
             # mark of the read position would be a write (a Redis call) nothing ever reads.
@@ -265,6 +300,45 @@ class Engine:
 
 def _frozen(tokens: Sequence[int]) -> tuple[int, ...]:
     return tokens if isinstance(tokens, tuple) else tuple(tokens)
+
+
+_Points = Sequence[tuple[int, tuple[tuple[str, str], ...]]]
+
+
+class _SaltedStreams:
+    """The latest salted streams (Anthropic parameters salt the stream inside), by their unsalted
+    stream, so that a salted stream made from the next prompt of the conversation is known to start
+    as the earlier one does: the counter said how far the unsalted ones agree (``query.derived``),
+    and equal salt points salt equal tokens alike. The index then compares only what follows, not a
+    long history. Bounded by entries and tokens; thread-safe."""
+
+    def __init__(self, entries: int = 64, max_tokens: int = 1 << 21) -> None:
+        self._max, self._max_tokens, self._tokens = entries, max_tokens, 0
+        self._data: OrderedDict[int, tuple[tuple[int, ...], _Points, tuple[int, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def freeze(self, tokens: tuple[int, ...], salted: Sequence[int], points: _Points) -> tuple[int, ...]:
+        """``salted`` (``tokens`` salted at ``points``) as a tuple the index can resume."""
+        stream = _frozen(salted)
+        origin = origin_of(tokens)
+        with self._lock:
+            earlier = self._data.get(id(origin[0])) if origin is not None else None
+            if (
+                origin is not None
+                and earlier is not None
+                and earlier[0] is origin[0]
+                and earlier[1] == points
+            ):
+                # tokens[:n] == earlier[:n], and each salt point below n salts the same token.
+                derived(stream, earlier[2], origin[1])
+            old = self._data.pop(id(tokens), None)
+            self._tokens -= len(old[0]) if old is not None else 0
+            self._data[id(tokens)] = (tokens, list(points), stream)
+            self._tokens += len(tokens)
+            while len(self._data) > self._max or (self._tokens > self._max_tokens and len(self._data) > 1):
+                _, dropped = self._data.popitem(last=False)
+                self._tokens -= len(dropped[0])
+        return stream
 
 
 class _MarkBook:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from cachewarden.proxy.engine.adapters import parse_request
-from cachewarden.proxy.engine.engine import Engine, salted_tokens
+from cachewarden.proxy.engine.engine import Engine, salted_tokens, scoped_stream
 
 POLICY = "\n".join(
     f"Rule {i}: answer questions about topic {i} using section {i} of the handbook, quote it."
@@ -142,6 +142,37 @@ def test_openai_params_salt_the_whole_prompt() -> None:
         salted_tokens(low, engine.counter.tokenize(low))[0]
         != salted_tokens(high, engine.counter.tokenize(high))[0]
     )
+
+
+def test_openai_params_salt_the_scope_and_the_index_walks_the_counters_stream() -> None:
+    # Salting the first token salts the whole prompt: the same matches as a scope of its own, without
+    # a salted copy of the stream (test_incremental compares the matches with the salted stream's).
+    engine = Engine()
+    low, high, none = (
+        parse_request(chat(1, model="o3", **extra))
+        for extra in ({"reasoning_effort": "low"}, {"reasoning_effort": "high"}, {})
+    )
+    scopes = set()
+    for prompt in (low, high, none):
+        tp = engine.counter.tokenize(prompt)
+        scope, stream = scoped_stream(Engine.scope("t", prompt), prompt, tp)
+        assert stream is tp.tokens
+        scopes.add(scope)
+    assert len(scopes) == 3 and Engine.scope("t", none) in scopes
+    first = engine.analyse(low, tenant="t", now=0)
+    assert (
+        engine.analyse(
+            parse_request(chat(2, model="o3", reasoning_effort="low")), tenant="t", now=1
+        ).match.held_prefix_tokens
+        > 0
+    )
+    assert (
+        engine.analyse(
+            parse_request(chat(2, model="o3", reasoning_effort="high")), tenant="t", now=2
+        ).match.held_prefix_tokens
+        == 0
+    )
+    assert first.scope == Engine.scope("t", low)  # what the analysis reports is the scope unsalted
 
 
 def _system_breakpoint(ttl: str, turns: int) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from cachewarden.proxy.engine.adapters import load_body, parse_request
 from cachewarden.proxy.engine.adapters._items import first_difference
 from cachewarden.proxy.engine.calibration import FixedDigests, fixed_digest
 from cachewarden.proxy.engine.counting_memo import LatestStreams
-from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.engine import Engine, salted_tokens
+from cachewarden.proxy.engine.index.memory import MemoryIndex
 from cachewarden.proxy.engine.prompt import Basis, Provider
 from cachewarden.proxy.engine.reading import ConversationReader
 from cachewarden.proxy.explain import structure
@@ -107,9 +108,31 @@ MODELS = {
     "openai-responses": ["gpt-4o", "gpt-5-mini"],
     "anthropic": ["claude-sonnet-4-5", "claude-haiku-4-5"],
 }
+# Cache-affecting parameters: they salt the stream the scoped index sees (for OpenAI, its scope).
+PARAMS: dict[Provider, list[dict[str, Any]]] = {
+    "openai-chat": [
+        {},
+        {"reasoning_effort": "low"},
+        {"reasoning_effort": "high"},
+        {"prompt_cache_retention": "24h"},
+    ],
+    "openai-responses": [{}, {"reasoning": {"effort": "low"}}, {"reasoning": {"effort": "high"}}],
+    "anthropic": [
+        {},
+        {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+        {"tool_choice": {"type": "any"}},
+        {"speed": "fast"},
+    ],
+}
 
 
-def _body(provider: Provider, model: str, items: list[Any], tools: bool) -> dict[str, Any]:
+def _body(
+    provider: Provider, model: str, items: list[Any], tools: bool, params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {**_plain_body(provider, model, items, tools), **(params or {})}
+
+
+def _plain_body(provider: Provider, model: str, items: list[Any], tools: bool) -> dict[str, Any]:
     if provider == "openai-chat":
         body: dict[str, Any] = {
             "model": model,
@@ -135,11 +158,12 @@ def conversations(draw: st.DrawFn, provider: Provider) -> list[bytes]:
     make = ITEMS[provider]
     items = [make(draw, i) for i in range(draw(st.integers(1, 6)))]
     model, tools = MODELS[provider][0], draw(st.booleans())
-    out = [json.dumps(_body(provider, model, items, tools)).encode()]
+    params = draw(st.sampled_from(PARAMS[provider]))
+    out = [json.dumps(_body(provider, model, items, tools, params)).encode()]
     for step in range(draw(st.integers(1, 10))):
         edit = draw(
             st.sampled_from(
-                ["append", "append", "append", "edit", "insert", "delete", "model", "tools", "bool"]
+                ["append", "append", "append", "edit", "insert", "delete", "model", "tools", "bool", "params"]
             )
         )
         items = copy.deepcopy(items)
@@ -156,17 +180,22 @@ def conversations(draw: st.DrawFn, provider: Provider) -> list[bytes]:
             model = draw(st.sampled_from(MODELS[provider]))
         elif edit == "tools":
             tools = not tools
+        elif edit == "params":
+            params = draw(st.sampled_from(PARAMS[provider]))
         elif edit == "bool":
             items[at] = (
                 {**items[at], "flag": 1} if items[at].get("flag") != 1 else {**items[at], "flag": True}
             )
-        out.append(json.dumps(_body(provider, model, items, tools)).encode())
+        out.append(json.dumps(_body(provider, model, items, tools, params)).encode())
     return out
 
 
 def _check(provider: Provider, bodies: list[bytes]) -> None:
     reader, inc, scratch = ConversationReader(), Engine(), Engine()
     keys = FixedDigests()
+    # The scoped index as it was before parameters went into the scope: the salted stream, scoped
+    # by tenant and model only. The engine's matches must be that index's, entry for entry.
+    salted = MemoryIndex()
     for n, raw in enumerate(bodies):
         errors: list[str] = []
         try:
@@ -184,6 +213,11 @@ def _check(provider: Provider, bodies: list[bytes]) -> None:
         a, b = inc.analyse(got, tenant="t", now=float(n)), scratch.analyse(expected, tenant="t", now=float(n))
         assert a.tokenized == b.tokenized, n
         assert a.prediction == b.prediction, n
+        rules = a.info.cache
+        ttl = 86_400.0 if got.param("prompt_cache_retention") == "24h" else rules.ttl_seconds
+        scope, stream = Engine.scope("t", got), tuple(salted_tokens(got, a.tokenized))
+        assert salted.lookup(scope, stream, now=float(n), ttl=ttl) == a.match, n
+        salted.insert(scope, stream, now=float(n), entry_id=a.entry_id, ttl=ttl)
         # The calibration key, taken from the basis' where it can be, is the one digested whole.
         assert keys.of(got) == fixed_digest(expected), n
         # Entry ids are unique per analysis; what they point to is compared through the matches.
