@@ -21,12 +21,17 @@ The figure to read is the ratio of 1,000 messages to 10: the goal (issue #14) is
 also meets caches the others have just used, as a proxy serving many conversations does; alone,
 the short one stays warm in them, and its ratio reads higher.
 
+``--body effort`` sends the same conversations to ``gpt-5`` with ``reasoning_effort`` (a parameter
+that salts the scoped index's stream: its scope, for OpenAI); ``--body anthropic`` as Anthropic
+Messages bodies (system, tools, messages; breakpoint predictions, with their marks). The goal is
+read on the default, ``chat``.
+
 ``--one-tenant N`` measures instead N conversations of one tenant (one API key, so one scope)
 taking turns on one engine, against one conversation alone in the same run: each request should
 start from its own conversation's previous one, not from whichever request of the tenant came last.
 
-Run: ``python bench/bench_engine_history.py [--requests N] [--sequential | --one-tenant N]`` — prints a
-table, writes nothing.
+Run: ``python bench/bench_engine_history.py [--requests N] [--sequential | --one-tenant N]
+[--body chat|effort|anthropic]`` — prints a table, writes nothing.
 """
 
 from __future__ import annotations
@@ -37,11 +42,13 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from cachewarden.proxy.engine.adapters import load_body, parse_request
 from cachewarden.proxy.engine.engine import Engine
+from cachewarden.proxy.engine.prompt import Provider
 from cachewarden.proxy.engine.reading import ConversationReader
 from cachewarden.proxy.explain.attribution import attribute
 
@@ -53,8 +60,39 @@ WARMUP = 5
 GOAL_RATIO = 1.5
 
 
+def _chat(body: dict[str, Any]) -> dict[str, Any]:
+    return body
+
+
+def _effort(body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "model": "gpt-5", "reasoning_effort": "low"}
+
+
+def _anthropic(body: dict[str, Any]) -> dict[str, Any]:
+    fns = [t["function"] for t in body["tools"]]
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1024,
+        "system": body["messages"][0]["content"],
+        "tools": [
+            {"name": f["name"], "description": f["description"], "input_schema": f["parameters"]} for f in fns
+        ],
+        "messages": body["messages"][1:],
+    }
+
+
+# --body: (the route's format, the chat body as that format sends it)
+BODIES: dict[str, tuple[Provider, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "chat": ("openai-chat", _chat),
+    "effort": ("openai-chat", _effort),
+    "anthropic": ("anthropic", _anthropic),
+}
+_BODY = ["chat"]  # the --body of this run
+
+
 def bodies(history: int, requests: int, seed: int = 1) -> list[bytes]:
     """``requests`` bodies of one conversation, the first with ``history`` messages, one more each."""
+    shape = BODIES[_BODY[0]][1]
     rng = random.Random(seed)
     messages: list[dict[str, str]] = [{"role": "system", "content": text(rng, 2_000)}]
     for i in range(history - 1):
@@ -62,7 +100,7 @@ def bodies(history: int, requests: int, seed: int = 1) -> list[bytes]:
     defs = tools(rng, 5)
     out = []
     for _ in range(requests):
-        out.append(json.dumps({"model": "gpt-4o", "tools": defs, "messages": messages}).encode())
+        out.append(json.dumps(shape({"model": "gpt-4o", "tools": defs, "messages": messages})).encode())
         messages = [*messages, {"role": "user", "content": text(rng, 100)}]
     return out
 
@@ -80,7 +118,7 @@ class _Conversation:
         t0 = time.perf_counter()
         # As the proxy reads a body: parsed from where it extends the tenant's previous one, with
         # the format its route names.
-        prompt = reader.parse(reader.load(body, tenant="bench"), "openai-chat", tenant="bench")
+        prompt = reader.parse(reader.load(body, tenant="bench"), BODIES[_BODY[0]][0], tenant="bench")
         t1 = time.perf_counter()
         analysis = engine.analyse(prompt, tenant="bench", now=float(n))
         t2 = time.perf_counter()
@@ -96,7 +134,7 @@ class _Conversation:
         at 1,000 messages it allocates ~15 ms of objects, and run between the measured stages that
         churn (caches, the garbage collector) would land on them, which the proxy never pays."""
         t0 = time.perf_counter()
-        parse_request(load_body(self.raw[n]))
+        parse_request(load_body(self.raw[n]), BODIES[_BODY[0]][0])
         if n >= WARMUP:
             self.stages["scratch"].append(time.perf_counter() - t0)
 
@@ -141,7 +179,9 @@ def measure_tenant(conversations: int, requests: int) -> tuple[float, float]:
         for (reader, engine, raws), out in zip((alone, many), samples, strict=True):
             for raw in raws:
                 t0 = time.perf_counter()
-                prompt = reader.parse(reader.load(raw[n], tenant="one-key"), "openai-chat", tenant="one-key")
+                prompt = reader.parse(
+                    reader.load(raw[n], tenant="one-key"), BODIES[_BODY[0]][0], tenant="one-key"
+                )
                 engine.analyse(prompt, tenant="one-key", now=float(n))
                 if n >= WARMUP:
                     out.append(time.perf_counter() - t0)
@@ -160,7 +200,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="instead: N conversations of 100 messages taking turns under one tenant, against one alone",
     )
+    parser.add_argument(
+        "--body", choices=sorted(BODIES), default="chat", help="the bodies' format (see above)"
+    )
     args = parser.parse_args(argv)
+    _BODY[0] = args.body
     if args.one_tenant:
         alone, many = measure_tenant(args.one_tenant, args.requests + WARMUP)
         n = args.one_tenant
