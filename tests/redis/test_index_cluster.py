@@ -172,9 +172,6 @@ def test_a_node_restart_only_colds_its_own_scopes(cluster: Cluster) -> None:
     outages: list[str] = []
     index = open_index(cluster.url + "&namespace=restart", on_outage=outages.append, block_size=4)
     assert isinstance(index, ResilientIndex)
-    # A thread sends the writes and reads do not wait for it: the local index holds writes the
-    # cluster may not have yet, so every answer is merged.
-    assert not index.trusted
     c = client(cluster)
     scopes = [f"t{i}\x1fanthropic\x1fclaude\x1f" for i in range(12)]
     toks = list(range(40))

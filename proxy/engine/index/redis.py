@@ -315,14 +315,6 @@ class RedisIndex:
         # writes, so the merged answer is the same without them. (A channel needs no wait.)
         self._own = read_own_writes
 
-    @property
-    def holds_own_writes(self) -> bool:
-        """Whether every write of this index is in Redis for its next read (unless Redis fails):
-        on a channel reads follow the writes on one connection, a waiting write is there, and a
-        write-behind thread's queue is sent before a read that reads its own writes. ``ResilientIndex``
-        then needs no local lookup while Redis has never failed."""
-        return self._chan is not None or self._writes is None or self._own
-
     # -- hashing ------------------------------------------------------------------------------------
 
     def _root(self, scope: str) -> bytes:

@@ -5,12 +5,6 @@ first (always, so that its answers are warm when they are needed) and then to th
 Reads come from both and are merged: each is a subset of all the requests ever inserted, so the
 longer prefix of the two is still a prefix some earlier request shared. This also covers the
 requests this replica saw while the shared store was away and the store therefore lacks.
-Until then, a primary that has every write for its next read (``holds_own_writes``: a
-``RedisIndex`` on one Redis) holds all the local index does, so its answer is taken alone
-(``trusted``) and the local lookups are skipped: the shared store is then the one truth of every
-replica, also where it forgot sooner (a prompt past its key expiry, an eviction). The local
-writes go on, so that the local index is warm when the primary fails; from the first failure
-on, every answer is merged.
 
 When the primary raises (Redis down, a 50 ms socket timeout, anything), the call answers from
 the local index, the error is counted (``errors_total``, ``on_outage(stage)``), and the primary
@@ -96,18 +90,6 @@ class ResilientIndex:
         self._next_try = 0.0
         self._clock = clock
         self._lock = threading.Lock()
-        # Whether the local index holds nothing the shared one lacks: the primary has every write
-        # for its next read (``holds_own_writes``) and has never failed. Then a local lookup
-        # cannot improve the shared answer, and is skipped: the shared store is the one truth
-        # all replicas read. Once the primary fails, the local index holds writes it lacks, and
-        # every answer is merged from then on.
-        self._clean = True
-        self._holds = bool(getattr(primary, "holds_own_writes", False))
-
-    @property
-    def trusted(self) -> bool:
-        """Whether the shared store's answers need no local merge (see ``_clean`` in ``__init__``)."""
-        return self._clean and self._holds
 
     # -- health -------------------------------------------------------------------------------------
 
@@ -140,7 +122,6 @@ class ResilientIndex:
 
     def _failed(self, stage: str) -> None:
         with self._lock:
-            self._clean = False
             self.errors_total += 1
             if self.healthy:
                 self.healthy = False
@@ -163,14 +144,12 @@ class ResilientIndex:
         """``JointLookups``: the primaries of the ``ResilientIndex`` queries are asked together
         (one round trip when they share a Redis), each merged with its local answer. The local
         lookups run while that round trip is on its way (``meanwhile``), when the primary can.
-        A failure of that call is an outage of each of them. A query of a ``trusted`` index is
-        not looked up locally unless its primary fails: its local insert follows the answer."""
+        A failure of that call is an outage of each of them."""
         out: list[Match | None] = [None] * len(queries)
         asked: list[tuple[int, ResilientIndex]] = []
         shared: list[Lookup] = []
         local: list[Lookup] = []  # one per query, in order: what answers it here
         writes: list[tuple[ResilientIndex, Lookup]] = []  # shared inserts, once the lookups are answered
-        skipped: list[int] = []  # queries of trusted indexes: no local lookup if the primary answers
         for i, q in enumerate(queries):
             index = q.index
             if not isinstance(index, ResilientIndex):
@@ -183,28 +162,21 @@ class ResilientIndex:
             if index._due():
                 asked.append((i, index))
                 shared.append(Lookup(index.primary, q.scope, toks, q.ttl))
-                if index.trusted:
-                    skipped.append(i)
         pending = True
 
         def answer_locally() -> None:
-            # The local lookups, then the local inserts: both while the shared index works (those
-            # of trusted indexes wait for its answer: a lookup must not see its own insert).
+            # The local lookups, then the local inserts: both while the shared index works.
             nonlocal pending
             if pending:
                 pending = False
-                rest = [q for i, q in enumerate(local) if i not in skipped] if skipped else local
                 for i, q in enumerate(local):
-                    if i not in skipped:
-                        out[i] = q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
-                insert_after(rest)
+                    out[i] = q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
+                insert_after(local)
 
-        failed = False
         if shared:
             try:
                 got = _ask(shared, now, answer_locally)
             except Exception:
-                failed = True
                 for _, index in asked:
                     index._failed("lookup")
             else:
@@ -214,12 +186,6 @@ class ResilientIndex:
                     mine = out[i]
                     out[i] = match if mine is None else _better(match, mine)
         answer_locally()
-        if skipped:
-            if failed:  # the shared answers are lost: the local ones stand in, as for any query
-                for i in skipped:
-                    q = local[i]
-                    out[i] = q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
-            insert_after(local[i] for i in skipped)
         for index, w in writes:
             index._call("insert", functools.partial(insert_after, [w]))
         return [m if m is not None else NO_MATCH for m in out]
@@ -262,37 +228,26 @@ class ResilientIndex:
 
     def marks_many(self, queries: Sequence[Marks], *, now: float) -> list[dict[int, float]]:
         """Joint ``marks``: each local answer, merged (the newest mark of a position) with the
-        primaries' answers, which are asked together (one round trip on one Redis). A trusted
-        index's local answer is only asked when its primary fails."""
+        primaries' answers, which are asked together (one round trip on one Redis)."""
         out: list[dict[int, float]] = []
         asked: list[tuple[int, ResilientIndex]] = []
         shared: list[Marks] = []
-        skipped: set[int] = set()
         for i, q in enumerate(queries):
             index = q.index
             if not isinstance(index, ResilientIndex):
                 out.append(index.marks(q.scope, q.tokens, q.positions, now=now, ttl=q.ttl))
                 continue
             toks = q.tokens if isinstance(q.tokens, list | tuple) else list(q.tokens)
-            due = index._due()
-            # A trusted index's local marks are all in the shared store (see ``lookup_many``).
-            if due and index.trusted:
-                skipped.add(i)
-                out.append({})
-            else:
-                out.append(index.fallback.marks(q.scope, toks, q.positions, now=now, ttl=q.ttl))
-            if due:
+            out.append(index.fallback.marks(q.scope, toks, q.positions, now=now, ttl=q.ttl))
+            if index._due():
                 asked.append((i, index))
                 shared.append(Marks(index.primary, q.scope, toks, q.positions, q.ttl))
         if shared:
             try:
                 got = marks_many(shared, now=now)
             except Exception:
-                for i, index in asked:
+                for _, index in asked:
                     index._failed("marks")
-                    if i in skipped:  # the local answer stands in
-                        q = queries[i]
-                        out[i] = index.fallback.marks(q.scope, q.tokens, q.positions, now=now, ttl=q.ttl)
             else:
                 for (i, index), theirs in zip(asked, got, strict=True):
                     index._succeeded()
