@@ -87,12 +87,12 @@ BODIES: dict[str, tuple[Provider, Callable[[dict[str, Any]], dict[str, Any]]]] =
     "effort": ("openai-chat", _effort),
     "anthropic": ("anthropic", _anthropic),
 }
-_BODY = ["chat"]  # the --body of this run
 
 
-def bodies(history: int, requests: int, seed: int = 1) -> list[bytes]:
-    """``requests`` bodies of one conversation, the first with ``history`` messages, one more each."""
-    shape = BODIES[_BODY[0]][1]
+def bodies(history: int, requests: int, seed: int = 1, body: str = "chat") -> list[bytes]:
+    """``requests`` bodies of one conversation, the first with ``history`` messages, one more each,
+    in the ``--body`` format ``body``."""
+    shape = BODIES[body][1]
     rng = random.Random(seed)
     messages: list[dict[str, str]] = [{"role": "system", "content": text(rng, 2_000)}]
     for i in range(history - 1):
@@ -108,8 +108,8 @@ def bodies(history: int, requests: int, seed: int = 1) -> list[bytes]:
 class _Conversation:
     """One history length's conversation on a fresh engine and reader, timed request by request."""
 
-    def __init__(self, raw: Sequence[bytes]) -> None:
-        self.raw = raw
+    def __init__(self, raw: Sequence[bytes], body: str = "chat") -> None:
+        self.raw, self.route = raw, BODIES[body][0]
         self.engine, self.reader = Engine(), ConversationReader()
         self.stages: dict[str, list[float]] = {"parse": [], "analyse": [], "attribute": [], "scratch": []}
 
@@ -118,7 +118,7 @@ class _Conversation:
         t0 = time.perf_counter()
         # As the proxy reads a body: parsed from where it extends the tenant's previous one, with
         # the format its route names.
-        prompt = reader.parse(reader.load(body, tenant="bench"), BODIES[_BODY[0]][0], tenant="bench")
+        prompt = reader.parse(reader.load(body, tenant="bench"), self.route, tenant="bench")
         t1 = time.perf_counter()
         analysis = engine.analyse(prompt, tenant="bench", now=float(n))
         t2 = time.perf_counter()
@@ -134,7 +134,7 @@ class _Conversation:
         at 1,000 messages it allocates ~15 ms of objects, and run between the measured stages that
         churn (caches, the garbage collector) would land on them, which the proxy never pays."""
         t0 = time.perf_counter()
-        parse_request(load_body(self.raw[n]), BODIES[_BODY[0]][0])
+        parse_request(load_body(self.raw[n]), self.route)
         if n >= WARMUP:
             self.stages["scratch"].append(time.perf_counter() - t0)
 
@@ -145,10 +145,10 @@ class _Conversation:
         return medians
 
 
-def measure_all(histories: Sequence[int], requests: int) -> dict[int, dict[str, float]]:
+def measure_all(histories: Sequence[int], requests: int, body: str = "chat") -> dict[int, dict[str, float]]:
     """Every history length's medians, their requests taking turns (10, 100, 1,000, 10, ...): a
     shared machine's slow spell then falls on all of them alike, not on one row of the ratio."""
-    conversations = {h: _Conversation(bodies(h, requests)) for h in histories}
+    conversations = {h: _Conversation(bodies(h, requests, body=body), body) for h in histories}
     for n in range(requests):
         for conversation in conversations.values():
             conversation.step(n)
@@ -158,9 +158,9 @@ def measure_all(histories: Sequence[int], requests: int) -> dict[int, dict[str, 
     return {h: c.medians() for h, c in conversations.items()}
 
 
-def measure(raw: Sequence[bytes]) -> dict[str, float]:
+def measure(raw: Sequence[bytes], body: str = "chat") -> dict[str, float]:
     """Median milliseconds per stage over the requests after the warm-up, on a fresh engine."""
-    conversation = _Conversation(raw)
+    conversation = _Conversation(raw, body)
     for n in range(len(raw)):
         conversation.step(n)
     for n in range(len(raw)):
@@ -168,20 +168,23 @@ def measure(raw: Sequence[bytes]) -> dict[str, float]:
     return conversation.medians()
 
 
-def measure_tenant(conversations: int, requests: int) -> tuple[float, float]:
+def measure_tenant(conversations: int, requests: int, body: str = "chat") -> tuple[float, float]:
     """Median ms (read + analyse) of a request of one 100-message conversation alone, and of one
     of ``conversations`` such conversations taking turns on one engine under one tenant (one API
     key: they share its scope), the two runs taking turns request by request."""
-    alone = (ConversationReader(), Engine(), [bodies(100, requests, seed=1)])
-    many = (ConversationReader(), Engine(), [bodies(100, requests, seed=s) for s in range(conversations)])
+    route = BODIES[body][0]
+    alone = (ConversationReader(), Engine(), [bodies(100, requests, seed=1, body=body)])
+    many = (
+        ConversationReader(),
+        Engine(),
+        [bodies(100, requests, seed=s, body=body) for s in range(conversations)],
+    )
     samples: tuple[list[float], list[float]] = ([], [])
     for n in range(requests):
         for (reader, engine, raws), out in zip((alone, many), samples, strict=True):
             for raw in raws:
                 t0 = time.perf_counter()
-                prompt = reader.parse(
-                    reader.load(raw[n], tenant="one-key"), BODIES[_BODY[0]][0], tenant="one-key"
-                )
+                prompt = reader.parse(reader.load(raw[n], tenant="one-key"), route, tenant="one-key")
                 engine.analyse(prompt, tenant="one-key", now=float(n))
                 if n >= WARMUP:
                     out.append(time.perf_counter() - t0)
@@ -204,21 +207,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--body", choices=sorted(BODIES), default="chat", help="the bodies' format (see above)"
     )
     args = parser.parse_args(argv)
-    _BODY[0] = args.body
     if args.one_tenant:
-        alone, many = measure_tenant(args.one_tenant, args.requests + WARMUP)
+        alone, many = measure_tenant(args.one_tenant, args.requests + WARMUP, args.body)
         n = args.one_tenant
         print(f"read + analyse a request, 100 messages: one conversation {alone:.3f} ms; one of")
         print(f"{n} conversations of one tenant taking turns {many:.3f} ms ({many / alone:.2f}x)")
         return 0
     if args.sequential:
-        results = {h: measure(bodies(h, args.requests + WARMUP)) for h in HISTORY}
+        results = {h: measure(bodies(h, args.requests + WARMUP, body=args.body), args.body) for h in HISTORY}
     else:
-        results = measure_all(HISTORY, args.requests + WARMUP)
+        results = measure_all(HISTORY, args.requests + WARMUP, args.body)
     header = ("messages", "body KB", "scratch parse", "parse ms", "analyse ms", "attribute ms", "total ms")
     print(" ".join(f"{h:>13}" for h in header))
     for h, r in results.items():
-        size = len(bodies(h, 1)[0]) / 1024
+        size = len(bodies(h, 1, body=args.body)[0]) / 1024
         cells = [
             f"{h:,}",
             f"{size:.0f}",

@@ -302,7 +302,9 @@ def _frozen(tokens: Sequence[int]) -> tuple[int, ...]:
     return tokens if isinstance(tokens, tuple) else tuple(tokens)
 
 
-_Points = Sequence[tuple[int, tuple[tuple[str, str], ...]]]
+_Point = tuple[int, tuple[tuple[str, str], ...]]
+_Points = Sequence[_Point]
+_Salted = tuple[tuple[int, ...], tuple[_Point, ...], tuple[int, ...]]
 
 
 class _SaltedStreams:
@@ -314,26 +316,23 @@ class _SaltedStreams:
 
     def __init__(self, entries: int = 64, max_tokens: int = 1 << 21) -> None:
         self._max, self._max_tokens, self._tokens = entries, max_tokens, 0
-        self._data: OrderedDict[int, tuple[tuple[int, ...], _Points, tuple[int, ...]]] = OrderedDict()
+        # unsalted stream, its salt points (a tuple: compared by value), salted stream
+        self._data: OrderedDict[int, _Salted] = OrderedDict()
         self._lock = threading.Lock()
 
     def freeze(self, tokens: tuple[int, ...], salted: Sequence[int], points: _Points) -> tuple[int, ...]:
         """``salted`` (``tokens`` salted at ``points``) as a tuple the index can resume."""
         stream = _frozen(salted)
+        at = tuple(points)
         origin = origin_of(tokens)
         with self._lock:
             earlier = self._data.get(id(origin[0])) if origin is not None else None
-            if (
-                origin is not None
-                and earlier is not None
-                and earlier[0] is origin[0]
-                and earlier[1] == points
-            ):
+            if origin is not None and earlier is not None and earlier[0] is origin[0] and earlier[1] == at:
                 # tokens[:n] == earlier[:n], and each salt point below n salts the same token.
                 derived(stream, earlier[2], origin[1])
             old = self._data.pop(id(tokens), None)
             self._tokens -= len(old[0]) if old is not None else 0
-            self._data[id(tokens)] = (tokens, list(points), stream)
+            self._data[id(tokens)] = (tokens, at, stream)
             self._tokens += len(tokens)
             while len(self._data) > self._max or (self._tokens > self._max_tokens and len(self._data) > 1):
                 _, dropped = self._data.popitem(last=False)
