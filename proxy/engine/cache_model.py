@@ -22,9 +22,13 @@ Modes (``CacheRules.mode``):
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import threading
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import compress, repeat
+from operator import attrgetter, is_not, itemgetter
 from typing import Protocol
 
 from .models import CacheRules
@@ -191,9 +195,13 @@ def breakpoint_positions(prompt: Prompt, tp: TokenStream, rules: CacheRules) -> 
     breakpoint on the latest message (GPT-5.6+, unless the request asks for explicit mode).
     """
     marked: dict[int, CacheTTL] = {}
-    for seg, (_, end) in zip(prompt.segments, tp.spans, strict=False):
-        if seg.cache_control is not None:
-            marked.setdefault(end, seg.cache_control.ttl)
+    segs, spans = prompt.segments, tp.spans
+    for i in _MARKED.of(prompt):
+        if i >= len(spans):
+            break
+        control = segs[i].cache_control
+        assert control is not None
+        marked.setdefault(spans[i][1], control.ttl)
     if prompt.auto_cache is not None:
         auto = _auto_position(prompt, tp)
         if auto is not None:
@@ -206,15 +214,69 @@ def breakpoint_positions(prompt: Prompt, tp: TokenStream, rules: CacheRules) -> 
     return sorted((pos, ttl) for pos, ttl in marked.items() if pos > 0)
 
 
+class _MarkedSegments:
+    """The indexes of a prompt's segments that carry a ``cache_control`` marker, ascending.
+
+    A conversation's next prompt shares its leading segments with the one it was read from
+    (``Prompt.basis``: equal segments, markers included), so it takes that prompt's markers below
+    the shared part and scans only what follows, at C speed: a long conversation carries a few
+    markers among thousands of segments, and each request would otherwise pay for its history.
+    Bounded (the latest prompts, by the identity of their segments); thread-safe.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._data: OrderedDict[int, tuple[tuple[Segment, ...], tuple[int, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _get(self, segs: tuple[Segment, ...]) -> tuple[int, ...] | None:
+        with self._lock:
+            held = self._data.get(id(segs))
+        return held[1] if held is not None and held[0] is segs else None
+
+    def of(self, prompt: Prompt) -> tuple[int, ...]:
+        segs = prompt.segments
+        known = self._get(segs)
+        if known is not None:
+            return known
+        start = 0
+        head: tuple[int, ...] = ()
+        basis = prompt.basis
+        earlier = basis.prompt() if basis is not None else None
+        if basis is not None and earlier is not None and (before := self._get(earlier.segments)) is not None:
+            start = min(basis.shared, len(segs), len(earlier.segments))
+            if start and earlier.segments[start - 1] != segs[start - 1]:  # a cheap guard, as counting's
+                start = 0
+            head = before[: bisect_left(before, start)]
+        flags = map(is_not, map(_CACHE_CONTROL, segs[start:]), repeat(None))
+        marked = head + tuple(compress(range(start, len(segs)), flags))
+        with self._lock:
+            self._data[id(segs)] = (segs, marked)
+            self._data.move_to_end(id(segs))
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+        return marked
+
+
+_CACHE_CONTROL = attrgetter("cache_control")
+_END = itemgetter(1)
+_MARKED = _MarkedSegments()
+
+
 def _boundaries(tp: TokenStream) -> list[int]:
-    """Block boundaries (segment ends) in stream positions, ascending, without repeats."""
-    return sorted({end for _, end in tp.spans if 0 < end <= len(tp.tokens)})
+    """Block boundaries (segment ends) in stream positions, ascending, without repeats. At C speed
+    (they are as many as the segments): sorted (a framing correction may end a segment before the
+    one ahead of it; otherwise they are in order already, which the sort only checks), deduplicated
+    in order, and cut to the positions inside the stream."""
+    ends = list(dict.fromkeys(sorted(map(_END, tp.spans))))
+    return ends[bisect_right(ends, 0) : bisect_right(ends, len(tp.tokens))]
 
 
 def _read_windows(
-    prompt: Prompt, tp: TokenStream, rules: CacheRules, bps: list[tuple[int, str]]
+    prompt: Prompt, tp: TokenStream, rules: CacheRules, bps: list[tuple[int, str]], bounds: list[int]
 ) -> list[list[int]]:
-    """For each breakpoint, the positions a read checks for an earlier write."""
+    """For each breakpoint, the positions a read checks for an earlier write (``bounds``: the
+    prompt's ``_boundaries``)."""
     if not bps:
         return []
     lookback = max(1, rules.lookback)
@@ -227,7 +289,6 @@ def _read_windows(
             points.update(_message_ends(prompt, tp).values())
         return [sorted(points)[-lookback:]]
     # Anthropic: walk back one block at a time from each breakpoint, counting it as the first.
-    bounds = _boundaries(tp)
     windows = []
     for pos, _ in bps:
         below = bisect_left(bounds, pos)
@@ -240,24 +301,29 @@ def _predict_breakpoints(
 ) -> Prediction:
     live = _clamp(match.common_prefix_tokens, 0, units.n)
     bps = breakpoint_positions(prompt, tp, rules)
-    windows = _read_windows(prompt, tp, rules, bps)
+    bounds = _boundaries(tp)
+    windows = _read_windows(prompt, tp, rules, bps, bounds)
     in_window = {p for window in windows for p in window}
-    # Also ask about every block boundary inside the reusable prefix: an entry there that no window
-    # reaches is what "breakpoint-too-far" means.
-    coverable = [b for b in _boundaries(tp) if b <= live]
-    query = sorted(in_window.union(coverable))
-    found = marks(query) if query else {}
+    found = marks(sorted(in_window)) if in_window else {}
 
     def readable(pos: int) -> bool:
         # Prefixes below the minimum are never written, so never read either.
         return pos in found and units.countable(pos) >= rules.min_tokens
 
     hit = max((p for p in in_window if readable(p)), default=0)
-    # "Too far" is an entry some breakpoint's lookback walks past: one at or before a breakpoint.
-    # An entry past the last breakpoint (the breakpoint moved to an earlier block) is covered by
-    # none, which is "no-breakpoint".
     last_bp = bps[-1][0] if bps else 0
-    too_far = any(readable(p) and hit < p <= last_bp for p in found)
+
+    def too_far() -> bool:
+        # "Too far" is an entry some breakpoint's lookback walks past: at a block boundary inside
+        # the reusable prefix, past the read and at or before a breakpoint (an entry past the last
+        # breakpoint, which moved to an earlier block, is covered by none: "no-breakpoint"). No
+        # window asked about those boundaries (a window's readable entries are at or before the
+        # read), so they are asked for here, only when a miss needs its reason: a request that
+        # reads all it could reuse never asks the index about its whole history.
+        above = bounds[bisect_right(bounds, hit) : bisect_right(bounds, min(live, last_bp))]
+        asked = [b for b in above if b not in in_window and units.countable(b) >= rules.min_tokens]
+        beyond = marks(asked) if asked else {}
+        return any(b in beyond for b in asked)
 
     newest = bps[-rules.max_breakpoints :] if rules.max_breakpoints > 0 else bps
     writes = tuple((p, ttl) for p, ttl in newest if p > hit and units.countable(p) >= rules.min_tokens)
@@ -272,12 +338,13 @@ def _predict_breakpoints(
     reusable = max(units.of(live), cached)
     limits: set[str] = set()
     if cached < reusable:
-        last_bound = coverable[-1] if coverable else 0
+        covered = bisect_right(bounds, live)
+        last_bound = bounds[covered - 1] if covered else 0
         if units.countable(live) < rules.min_tokens:
             limits.add("below-minimum")
         elif not bps:
             limits.add("no-breakpoint")
-        elif too_far:
+        elif too_far():
             limits.add("breakpoint-too-far")
         elif hit < last_bound:
             # Reusable whole blocks that no earlier request wrote an entry for.

@@ -9,26 +9,75 @@ finding, merged with a parameter change by ``attribution``).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from itertools import repeat
 from operator import and_, attrgetter, eq
 
-from cachewarden.proxy.engine.prompt import Prompt
+from cachewarden.proxy.engine.prompt import Prompt, Segment
 
 from .formats import family
 from .structure import Finding, Pair
 from .values import short
 
 
-def _image_count(prompt: Prompt) -> int:
+def _images_in(segments: Sequence[Segment]) -> int:
     # Images inside tool results have no segment of their own: their fixed tokens mark them. Counted
-    # with C-level maps: a long history costs no Python loop over its segments.
-    kinds = list(map(_KIND, prompt.segments))
+    # with C-level maps, no Python loop over the segments.
+    kinds = list(map(_KIND, segments))
     images = kinds.count("image")
     if "tool_result" not in kinds:
         return images
     results = map(eq, kinds, repeat("tool_result"))
-    with_images: int = sum(map(and_, results, map(bool, map(_FIXED, prompt.segments))))
+    with_images: int = sum(map(and_, results, map(bool, map(_FIXED, segments))))
     return images + with_images
+
+
+class _ImageCounts:
+    """Each recent prompt's image count, found from the one it was read from (``Prompt.basis``:
+    their leading ``shared`` segments are equal): that count, less the earlier tail's images, plus
+    the new tail's. A long conversation's request then counts its new segments, not its history.
+    Bounded (the latest prompts, by the identity of their segments); thread-safe."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._data: OrderedDict[int, tuple[tuple[Segment, ...], int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _get(self, segs: tuple[Segment, ...]) -> int | None:
+        with self._lock:
+            held = self._data.get(id(segs))
+        return held[1] if held is not None and held[0] is segs else None
+
+    def of(self, prompt: Prompt) -> int:
+        segs = prompt.segments
+        known = self._get(segs)
+        if known is not None:
+            return known
+        basis = prompt.basis
+        earlier = basis.prompt() if basis is not None else None
+        count: int | None = None
+        if basis is not None and earlier is not None and (before := self._get(earlier.segments)) is not None:
+            old = earlier.segments
+            shared = min(basis.shared, len(segs), len(old))
+            if not shared or old[shared - 1] == segs[shared - 1]:  # a cheap guard, as counting's
+                count = before - _images_in(old[shared:]) + _images_in(segs[shared:])
+        if count is None:
+            count = _images_in(segs)
+        with self._lock:
+            self._data[id(segs)] = (segs, count)
+            self._data.move_to_end(id(segs))
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+        return count
+
+
+_IMAGES = _ImageCounts()
+
+
+def _image_count(prompt: Prompt) -> int:
+    return _IMAGES.of(prompt)
 
 
 _KIND = attrgetter("kind")

@@ -223,6 +223,29 @@ def test_docs_worked_example_entry_20_blocks_back_is_too_far() -> None:
     assert hit.cached_tokens == 1500 and hit.cache_write_tokens == 1900 and hit.limits == ()
 
 
+def test_a_read_of_all_it_can_reuse_asks_only_its_window() -> None:
+    # A long conversation marked on its last message, which reads the previous turn's entry: the
+    # index is asked about the breakpoint's window (20 boundaries), not the 1,000 boundaries of its
+    # history. The whole history is asked about only when a miss needs its reason (too far or not).
+    asked: list[int] = []
+    written = marks_at([99_900])
+
+    def recording(positions: Sequence[int]) -> Mapping[int, float]:
+        asked.extend(positions)
+        return written(positions)
+
+    prompt, tp = build([Seg(100) for _ in range(999)] + [Seg(100, ttl="5m")])
+    p = run(prompt, tp, ANTHROPIC, common=99_900, marks=recording)
+    assert p.cached_tokens == 99_900 and p.limits == ()
+    assert sorted(asked) == [100 * k for k in range(981, 1001)]
+    # The entry 30 blocks back is out of the window: the boundaries past the window are asked too.
+    asked.clear()
+    written = marks_at([97_000])
+    p = run(prompt, tp, ANTHROPIC, common=99_900, marks=recording)
+    assert p.cached_tokens == 0 and p.limits == ("breakpoint-too-far",)
+    assert 97_000 in asked and max(asked) == 100_000
+
+
 def test_second_explicit_breakpoint_resumes_the_search() -> None:
     blocks = [Seg(100) for _ in range(35)]
     blocks[14] = Seg(100, ttl="5m")  # breakpoint on block 15 itself
@@ -398,7 +421,19 @@ def cases(draw: st.DrawFn) -> tuple[Prompt, FakeTokens, CacheRules, FakeMatch, d
 @given(cases())
 def test_invariants(case: tuple[Prompt, FakeTokens, CacheRules, FakeMatch, dict[int, float]]) -> None:
     prompt, tp, rules, match, written = case
-    p = predict(prompt, tp, rules, match, marks_at(written))
+    asked: list[int] = []
+
+    def recording(positions: Sequence[int]) -> Mapping[int, float]:
+        asked.extend(positions)
+        return marks_at(written)(positions)
+
+    p = predict(prompt, tp, rules, match, recording)
+    # A request that reads all it can reuse asks the index about its windows only, never about
+    # every boundary of its history (those are asked only for the reason of a miss).
+    bps = breakpoint_positions(prompt, tp, rules)
+    if rules.mode == "breakpoints" and p.cached_tokens == p.reusable_tokens:
+        assert len(asked) <= max(1, rules.lookback) * max(1, len(bps))
+    assert len(asked) == len(set(asked))  # no position asked twice
     check_totals(p, tp)
     assert p == predict(prompt, tp, rules, match, marks_at(written))  # pure
     assert list(p.limits) == [code for code in LIMIT_ORDER if code in p.limits]

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from cachewarden.proxy.engine import cache_model
 from cachewarden.proxy.engine.adapters import load_body, parse_request
 from cachewarden.proxy.engine.adapters._items import first_difference
 from cachewarden.proxy.engine.calibration import FixedDigests, fixed_digest
@@ -24,7 +25,7 @@ from cachewarden.proxy.engine.engine import Engine, salted_tokens
 from cachewarden.proxy.engine.index.memory import MemoryIndex
 from cachewarden.proxy.engine.prompt import Basis, Provider
 from cachewarden.proxy.engine.reading import ConversationReader
-from cachewarden.proxy.explain import structure
+from cachewarden.proxy.explain import model_params, structure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -224,6 +225,10 @@ def _check(provider: Provider, bodies: list[bytes]) -> None:
         assert replace(a.match, entry_id=None) == replace(b.match, entry_id=None), n
         # Attribution's areas, grown from the earlier prompt's where it can, are the scanned ones.
         assert structure._areas(got) == structure._scan_areas(got.segments), n
+        # So are the markers and the image count, taken from the basis' where they can be.
+        markers = tuple(i for i, seg in enumerate(got.segments) if seg.cache_control is not None)
+        assert cache_model._MARKED.of(got) == markers, n
+        assert model_params._image_count(got) == model_params._images_in(got.segments), n
         # And where it parts from its basis, which attribution takes from the basis unlooked at.
         earlier = got.basis.prompt() if got.basis is not None else None
         if earlier is not None:
