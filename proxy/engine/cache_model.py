@@ -22,15 +22,13 @@ Modes (``CacheRules.mode``):
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import compress, repeat
-from operator import attrgetter, is_not, itemgetter
+from operator import itemgetter
 from typing import Protocol
 
+from .markers import MARKED
 from .models import CacheRules
 from .prompt import CacheTTL, Prompt, Segment
 
@@ -196,7 +194,7 @@ def breakpoint_positions(prompt: Prompt, tp: TokenStream, rules: CacheRules) -> 
     """
     marked: dict[int, CacheTTL] = {}
     segs, spans = prompt.segments, tp.spans
-    for i in _MARKED.of(prompt):
+    for i in MARKED.of(prompt):
         if i >= len(spans):
             break
         control = segs[i].cache_control
@@ -214,53 +212,7 @@ def breakpoint_positions(prompt: Prompt, tp: TokenStream, rules: CacheRules) -> 
     return sorted((pos, ttl) for pos, ttl in marked.items() if pos > 0)
 
 
-class _MarkedSegments:
-    """The indexes of a prompt's segments that carry a ``cache_control`` marker, ascending.
-
-    A conversation's next prompt shares its leading segments with the one it was read from
-    (``Prompt.basis``: equal segments, markers included), so it takes that prompt's markers below
-    the shared part and scans only what follows, at C speed: a long conversation carries a few
-    markers among thousands of segments, and each request would otherwise pay for its history.
-    Bounded (the latest prompts, by the identity of their segments); thread-safe.
-    """
-
-    def __init__(self, size: int = 1024) -> None:
-        self._size = size
-        self._data: OrderedDict[int, tuple[tuple[Segment, ...], tuple[int, ...]]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _get(self, segs: tuple[Segment, ...]) -> tuple[int, ...] | None:
-        with self._lock:
-            held = self._data.get(id(segs))
-        return held[1] if held is not None and held[0] is segs else None
-
-    def of(self, prompt: Prompt) -> tuple[int, ...]:
-        segs = prompt.segments
-        known = self._get(segs)
-        if known is not None:
-            return known
-        start = 0
-        head: tuple[int, ...] = ()
-        basis = prompt.basis
-        earlier = basis.prompt() if basis is not None else None
-        if basis is not None and earlier is not None and (before := self._get(earlier.segments)) is not None:
-            start = min(basis.shared, len(segs), len(earlier.segments))
-            if start and earlier.segments[start - 1] != segs[start - 1]:  # a cheap guard, as counting's
-                start = 0
-            head = before[: bisect_left(before, start)]
-        flags = map(is_not, map(_CACHE_CONTROL, segs[start:]), repeat(None))
-        marked = head + tuple(compress(range(start, len(segs)), flags))
-        with self._lock:
-            self._data[id(segs)] = (segs, marked)
-            self._data.move_to_end(id(segs))
-            while len(self._data) > self._size:
-                self._data.popitem(last=False)
-        return marked
-
-
-_CACHE_CONTROL = attrgetter("cache_control")
 _END = itemgetter(1)
-_MARKED = _MarkedSegments()
 
 
 def _boundaries(tp: TokenStream) -> list[int]:

@@ -24,6 +24,7 @@ from .framing import Framing as Framing
 from .framing import framing_for as framing_for
 from .framing import legacy_calls
 from .index.query import derived
+from .index.rope import grown, is_frozen
 from .models import ModelTable
 from .prompt import Prompt, Segment, digest_text
 from .rendering import (
@@ -390,14 +391,20 @@ class PromptCounter:
             spans.append((start, len(tokens)))
         # Reply priming belongs to no segment: it follows the last span, so a breakpoint on the last
         # block of this request ends where the same block ends inside a longer, later request.
+        content_end = len(tokens)
         tokens.extend(_reply(framing.reply))
         if prompt.forced_function is not None and framing.forced_call is not None:
             primed = legacy_calls(framing) if shape.legacy_functions else framing
             tokens.extend(self._recipient(tok, primed, prompt.forced_function))
             tokens.extend([PAD] * framing.forced_call)
         hidden = self._request_extras(tok, framing, prompt, has_tools=first_tool >= 0)
-        stream = tuple(tokens)
-        if resumed is not None and low >= resumed.end and type(resumed.earlier) is tuple:
+        # The stream shares the earlier one's chunks up to where this one parts from it, so only
+        # what is new is copied (index/rope.py); the reply priming is a chunk of its own, where the
+        # next prompt of the conversation resumes.
+        earlier = resumed.earlier if resumed is not None and is_frozen(resumed.earlier) else None
+        keep = min(low, resumed.end) if resumed is not None and earlier is not None else 0
+        stream = grown(earlier, keep, tokens[keep:content_end], tokens[content_end:])
+        if resumed is not None and low >= resumed.end and earlier is not None:
             # Shared by construction: the index compares only what follows (query.derived).
             derived(stream, resumed.earlier, resumed.end)
         result = TokenizedPrompt(

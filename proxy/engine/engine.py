@@ -39,6 +39,7 @@ from cachewarden.proxy.engine.index.base import (
 )
 from cachewarden.proxy.engine.index.memory import MemoryIndex
 from cachewarden.proxy.engine.index.query import derived, origin_of
+from cachewarden.proxy.engine.index.rope import is_frozen
 
 from .cache_model import Prediction, breakpoint_positions, predict
 from .counting import PromptCounter, TokenizedPrompt
@@ -298,13 +299,14 @@ class Engine:
         return breakpoint_positions(prompt, self.counter.tokenize(prompt), info.cache)
 
 
-def _frozen(tokens: Sequence[int]) -> tuple[int, ...]:
-    return tokens if isinstance(tokens, tuple) else tuple(tokens)
+def _frozen(tokens: Sequence[int]) -> Sequence[int]:
+    """``tokens`` as an immutable sequence (the counter's own are: a tuple or a rope)."""
+    return tokens if is_frozen(tokens) else tuple(tokens)
 
 
 _Point = tuple[int, tuple[tuple[str, str], ...]]
 _Points = Sequence[_Point]
-_Salted = tuple[tuple[int, ...], tuple[_Point, ...], tuple[int, ...]]
+_Salted = tuple[Sequence[int], tuple[_Point, ...], Sequence[int]]
 
 
 class _SaltedStreams:
@@ -320,7 +322,7 @@ class _SaltedStreams:
         self._data: OrderedDict[int, _Salted] = OrderedDict()
         self._lock = threading.Lock()
 
-    def freeze(self, tokens: tuple[int, ...], salted: Sequence[int], points: _Points) -> tuple[int, ...]:
+    def freeze(self, tokens: Sequence[int], salted: Sequence[int], points: _Points) -> Sequence[int]:
         """``salted`` (``tokens`` salted at ``points``) as a tuple the index can resume."""
         stream = _frozen(salted)
         at = tuple(points)

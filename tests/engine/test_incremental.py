@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from cachewarden.proxy.engine import cache_model
+from cachewarden.proxy.engine import markers as markers_of
 from cachewarden.proxy.engine.adapters import load_body, parse_request
 from cachewarden.proxy.engine.adapters._items import first_difference
 from cachewarden.proxy.engine.calibration import FixedDigests, fixed_digest
@@ -227,7 +227,7 @@ def _check(provider: Provider, bodies: list[bytes]) -> None:
         assert structure._areas(got) == structure._scan_areas(got.segments), n
         # So are the markers and the image count, taken from the basis' where they can be.
         markers = tuple(i for i, seg in enumerate(got.segments) if seg.cache_control is not None)
-        assert cache_model._MARKED.of(got) == markers, n
+        assert markers_of.MARKED.of(got) == markers, n
         assert model_params._image_count(got) == model_params._images_in(got.segments), n
         # And where it parts from its basis, which attribution takes from the basis unlooked at.
         earlier = got.basis.prompt() if got.basis is not None else None

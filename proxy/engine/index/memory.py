@@ -40,6 +40,7 @@ from typing import cast
 from .base import NO_MATCH, IndexStats, Match, PrefixIndex
 from .lru import _Held
 from .query import _packed, _Query, _query, cached_query
+from .rope import TokenRope, is_frozen
 from .trie import _add_kid, _Entry, _extend, _Node, _pack, _Stamp
 
 __all__ = ["NO_MATCH", "IndexStats", "Match", "MemoryIndex", "PrefixIndex"]
@@ -171,7 +172,7 @@ class MemoryIndex(_Held):
             # the next prompt of the scope to adopt (tuples only: a list may change in between).
             del path[q.full :]
             q.paths[(self._gen, scope)] = path
-            if type(toks) is tuple:
+            if is_frozen(toks):
                 last = self._last
                 last[scope] = q
                 last.move_to_end(scope)
@@ -352,4 +353,4 @@ class MemoryIndex(_Held):
 
 
 def _as_seq(tokens: Sequence[int]) -> Sequence[int]:
-    return tokens if isinstance(tokens, list | tuple) else list(tokens)
+    return tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)

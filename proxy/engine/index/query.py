@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import repeat
 
+from .rope import is_frozen
 from .trie import _Node, _pack
 
 # Tuples built from an earlier one, kept until their query is made (the same analysis).
@@ -56,7 +57,7 @@ class _Query:
         # (the query adopted, the full blocks both start with): its paths are taken when needed.
         self._base: tuple[_Query, int] | None = None
         # (earlier tuple, tokens) when this tuple was built from an earlier one (``derived``).
-        self.origin: tuple[tuple[int, ...], int] | None = None
+        self.origin: tuple[Sequence[int], int] | None = None
 
     def block(self, i: int) -> tuple[int, ...]:
         """The tokens of block ``i`` (the last one may be partial)."""
@@ -168,10 +169,10 @@ _queries_tokens = 0  # tokens of the tuples in _queries
 _queries_lock = threading.Lock()
 # Tuples built from an earlier one (id -> (tuple, earlier, shared tokens)), for ``_query`` to give
 # the queries it creates their origin. Holds the tuples, so an id is theirs while the entry lives.
-_derived: OrderedDict[int, tuple[tuple[int, ...], tuple[int, ...], int]] = OrderedDict()
+_derived: OrderedDict[int, tuple[Sequence[int], Sequence[int], int]] = OrderedDict()
 
 
-def derived(toks: tuple[int, ...], earlier: tuple[int, ...], shared: int) -> None:
+def derived(toks: Sequence[int], earlier: Sequence[int], shared: int) -> None:
     """Tell the index that ``toks[:shared] == earlier[:shared]`` holds by construction (the counter
     copied that head from the earlier stream and never cut below it): a walk of ``toks`` adopting
     ``earlier``'s then compares only what follows, not a conversation's whole history again. Only
@@ -185,7 +186,7 @@ def derived(toks: tuple[int, ...], earlier: tuple[int, ...], shared: int) -> Non
             _derived.popitem(last=False)
 
 
-def origin_of(toks: Sequence[int]) -> tuple[tuple[int, ...], int] | None:
+def origin_of(toks: Sequence[int]) -> tuple[Sequence[int], int] | None:
     """(earlier tuple, tokens both start with) when ``derived`` said ``toks`` was built from it."""
     got = _derived.get(id(toks))
     return (got[1], got[2]) if got is not None and got[0] is toks else None
@@ -193,7 +194,7 @@ def origin_of(toks: Sequence[int]) -> tuple[tuple[int, ...], int] | None:
 
 def _query(toks: Sequence[int], bs: int) -> _Query:
     """The shared work on ``toks``; kept for the next call only for tuples, which cannot change."""
-    if type(toks) is not tuple:
+    if not is_frozen(toks):
         return _Query(toks, bs)
     key = (id(toks), bs)
     with _queries_lock:

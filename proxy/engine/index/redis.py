@@ -68,6 +68,7 @@ from .base import NO_MATCH, IndexStats, Lookup, Marks, Match, insert_after
 from .query import _common_blocks, origin_of
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
 from .redis_writes import Channel, Command, WriteBehind, argument, bulk
+from .rope import TokenRope, is_frozen
 
 __all__ = ["RedisIndex"]
 
@@ -220,7 +221,7 @@ class _Prepared(NamedTuple):
     """A prompt's blocks as the index sends them (a tuple: made on every request, read-only)."""
 
     scope: str
-    toks: tuple[int, ...]
+    toks: Sequence[int]  # a tuple or a rope (immutable)
     root: bytes
     chain: list[bytes]  # H0 … H(full blocks)
     members: list[bytes]  # one a block, the partial last one included
@@ -387,7 +388,7 @@ class RedisIndex:
         it costs what is new in it, not the conversation's length."""
         last: _Prepared | None = getattr(self._last, "value", None)
         # A copy, compared by value: a caller may reuse and change its list between calls.
-        key = tuple(toks)
+        key = toks if is_frozen(toks) else tuple(toks)
         # Lengths first: tuples compare item by item before they compare lengths, and the next
         # prompt of a conversation starts with the whole previous one.
         if (
@@ -424,7 +425,7 @@ class RedisIndex:
         root = chain[0]
         cache, fresh = self._blocks, []
         for k in range(shared, full):
-            block = key[k * bs : (k + 1) * bs]
+            block = tuple(key[k * bs : (k + 1) * bs])  # a slice is one already (no copy)
             # Found by the parent and a few tokens (hashing all 512 would cost more than the rest
             # of the lookup), then checked token by token: the tokens of a conversation's turns
             # are mostly the very same int objects, so the check is a pass over pointers.
@@ -437,7 +438,7 @@ class RedisIndex:
             chain.append(got[0])
             members.append(got[1])
         if n > full * bs:
-            block = key[full * bs :]
+            block = tuple(key[full * bs :])
             kept = 0  # tokens of the earlier prompt's partial block this one starts with
             if earlier is not None and shared == full and len(earlier.members) > full:
                 kept = _common_tokens(key, earlier.toks, full * bs, same) - full * bs
@@ -460,7 +461,7 @@ class RedisIndex:
             self._scopes.move_to_end(scope)
             while len(self._scopes) > _SCOPES:
                 self._scopes.popitem(last=False)
-            if type(toks) is tuple:  # the caller's own tuple: its id is that of the tuple kept
+            if is_frozen(toks):  # the caller's own tuple: its id is that of the tuple kept
                 old = self._by_toks.pop(id(key), None)
                 self._by_toks[id(key)] = prepared
                 self._by_toks_tokens += n - (len(old.toks) if old is not None else 0)
@@ -622,7 +623,7 @@ class RedisIndex:
 
     def _walk(self, scope: str, tokens: Sequence[int], now: float, ttl: float) -> _Walk:
         """A lookup as a generator: yields the script calls of each round trip, gets their answers."""
-        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
+        toks = tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)
         n, bs = len(toks), self._bs
         if not n:
             return NO_MATCH
@@ -701,7 +702,7 @@ class RedisIndex:
         """Store a prompt's blocks. ``ttl``: the scope's cache TTL, for Redis key expiry only
         (None or <= 0: keep up to ``max_age_seconds``). Ids are uuids when not given, so that
         replicas never mint the same one."""
-        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
+        toks = tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)
         eid = entry_id if entry_id is not None else uuid.uuid4().hex
         if not toks:
             return eid
@@ -744,7 +745,7 @@ class RedisIndex:
     ) -> None:
         """Record a cache write at each position. Unlike ``MemoryIndex`` it does not check that the
         blocks are held (that would cost a round trip): marks expire on their own."""
-        toks = tokens if isinstance(tokens, list | tuple) else list(tokens)
+        toks = tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)
         groups = self._mark_fields(scope, toks, positions)
         if not groups:
             return
@@ -827,7 +828,7 @@ class RedisIndex:
             if not isinstance(index, RedisIndex):
                 out[i] = index.marks(q.scope, q.tokens, q.positions, now=now, ttl=q.ttl)
                 continue
-            toks = q.tokens if isinstance(q.tokens, list | tuple) else list(q.tokens)
+            toks = q.tokens if isinstance(q.tokens, list | tuple | TokenRope) else list(q.tokens)
             groups = index._mark_fields(q.scope, toks, q.positions)
             if not groups:
                 out[i] = {}
