@@ -24,7 +24,7 @@ from .framing import Framing as Framing
 from .framing import framing_for as framing_for
 from .framing import legacy_calls
 from .index.query import derived
-from .index.rope import grown, is_frozen
+from .index.rope import TokenRope, grown, is_frozen
 from .models import ModelTable
 from .prompt import Prompt, Segment, digest_text
 from .rendering import (
@@ -403,7 +403,10 @@ class PromptCounter:
         # next prompt of the conversation resumes.
         earlier = resumed.earlier if resumed is not None and is_frozen(resumed.earlier) else None
         keep = min(low, resumed.end) if resumed is not None and earlier is not None else 0
-        stream = grown(earlier, keep, tokens[keep:content_end], tokens[content_end:])
+        if earlier is None:  # one copy of a prompt read whole (the next one cuts it once)
+            stream = TokenRope((tuple(tokens),))
+        else:
+            stream = grown(earlier, keep, tokens[keep:content_end], tokens[content_end:])
         if resumed is not None and low >= resumed.end and earlier is not None:
             # Shared by construction: the index compares only what follows (query.derived).
             derived(stream, resumed.earlier, resumed.end)

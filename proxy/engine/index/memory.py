@@ -311,8 +311,11 @@ class MemoryIndex(_Held):
         path = self._held(scope, root, q, q.full)
         cur = path[-1] if path else root
         nodes, keys = self._nodes, q.keys(root.key)
-        for i in range(len(path), len(keys)):
-            block = q.block(i)
+        # The blocks to build, sliced from one tuple of them: a rope's slice is a call of its own.
+        bs, first = q.bs, len(path)
+        rest = tuple(q.toks[first * bs :])
+        for i in range(first, len(keys)):
+            block = rest[(i - first) * bs : (i - first + 1) * bs]
             key = keys[i]
             node = nodes.get(key)
             if node is None:
