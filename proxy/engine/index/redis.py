@@ -150,23 +150,25 @@ def _common_tokens(a: Sequence[int], b: Sequence[int], start: int = 0, known: in
     """How many tokens ``a`` and ``b`` start with, the first ``max(start, known)`` being equal
     already: a few tokens one by one (a turn of a conversation shares all of the previous one's
     partial block but the last few tokens the counter made again), then by bisection over
-    C-speed slice compares."""
+    C-speed slice compares. Read from one slice of each (a rope's item or slice is a call)."""
     hi = min(len(a), len(b))
     lo = min(max(known, start, 0), hi)
-    for i in range(lo, min(hi, lo + 8)):
-        if a[i] != b[i]:
-            return i
-    lo = min(lo + 8, hi)
-    if lo == hi or a[lo:hi] == b[lo:hi]:
+    x, y = tuple(a[lo:hi]), tuple(b[lo:hi])
+    n = len(x)
+    for i in range(min(n, 8)):
+        if x[i] != y[i]:
+            return lo + i
+    at = min(8, n)
+    if at == n or x[at:] == y[at:]:
         return hi
-    hi -= 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
+    top = n - 1
+    while at < top:
+        mid = (at + top + 1) // 2
+        if x[at:mid] == y[at:mid]:
+            at = mid
         else:
-            hi = mid - 1
-    return lo
+            top = mid - 1
+    return lo + at
 
 
 def _server_of(client: redis.Redis) -> tuple[object, ...]:
