@@ -169,7 +169,7 @@ class MemoryIndex(_Held):
             self._refresh(path, fresh, now, entry)
             self._trim(now)
             # The full blocks, for the marks of this prompt (checked for evictions when reused), and for
-            # the next prompt of the scope to adopt (tuples only: a list may change in between).
+            # the next prompt of the scope to adopt (tuples and ropes only: a list may change in between).
             del path[q.full :]
             q.paths[(self._gen, scope)] = path
             if is_frozen(toks):

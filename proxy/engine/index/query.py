@@ -3,7 +3,7 @@
 A lookup hashes the prompt's blocks into a chain once for all scopes and indexes; the lookup,
 insert and marks of one request (in two indexes) then share one walk of it, and the next prompt of
 the scope starts from the blocks it shares with the previous one. ``_query`` keeps that work for the
-next call for tuples only, which cannot change in between.
+next call for tuples and ropes (``rope.is_frozen``) only, which cannot change in between.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def origin_of(toks: Sequence[int]) -> tuple[Sequence[int], int] | None:
 
 
 def _query(toks: Sequence[int], bs: int) -> _Query:
-    """The shared work on ``toks``; kept for the next call only for tuples, which cannot change."""
+    """The shared work on ``toks``; kept for the next call only for tuples and ropes, which cannot change."""
     if not is_frozen(toks):
         return _Query(toks, bs)
     key = (id(toks), bs)
