@@ -9,12 +9,11 @@ finding, merged with a parameter change by ``attribution``).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import repeat
 from operator import and_, attrgetter, eq
 
+from cachewarden.proxy.engine.basis_memo import BasisMemo
 from cachewarden.proxy.engine.prompt import Prompt, Segment
 
 from .formats import family
@@ -34,46 +33,12 @@ def _images_in(segments: Sequence[Segment]) -> int:
     return images + with_images
 
 
-class _ImageCounts:
-    """Each recent prompt's image count, found from the one it was read from (``Prompt.basis``:
-    their leading ``shared`` segments are equal): that count, less the earlier tail's images, plus
-    the new tail's. A long conversation's request then counts its new segments, not its history.
-    Bounded (the latest prompts, by the identity of their segments); thread-safe."""
-
-    def __init__(self, size: int = 1024) -> None:
-        self._size = size
-        self._data: OrderedDict[int, tuple[tuple[Segment, ...], int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _get(self, segs: tuple[Segment, ...]) -> int | None:
-        with self._lock:
-            held = self._data.get(id(segs))
-        return held[1] if held is not None and held[0] is segs else None
-
-    def of(self, prompt: Prompt) -> int:
-        segs = prompt.segments
-        known = self._get(segs)
-        if known is not None:
-            return known
-        basis = prompt.basis
-        earlier = basis.prompt() if basis is not None else None
-        count: int | None = None
-        if basis is not None and earlier is not None and (before := self._get(earlier.segments)) is not None:
-            old = earlier.segments
-            shared = min(basis.shared, len(segs), len(old))
-            if not shared or old[shared - 1] == segs[shared - 1]:  # a cheap guard, as counting's
-                count = before - _images_in(old[shared:]) + _images_in(segs[shared:])
-        if count is None:
-            count = _images_in(segs)
-        with self._lock:
-            self._data[id(segs)] = (segs, count)
-            self._data.move_to_end(id(segs))
-            while len(self._data) > self._size:
-                self._data.popitem(last=False)
-        return count
+def _grown(before: int, old: Sequence[Segment], segs: Sequence[Segment], shared: int) -> int:
+    return before - _images_in(old[shared:]) + _images_in(segs[shared:])
 
 
-_IMAGES = _ImageCounts()
+# Taken from the basis prompt's count (``basis_memo``): a long conversation counts its new segments.
+_IMAGES: BasisMemo[int] = BasisMemo(_images_in, _grown)
 
 
 def _image_count(prompt: Prompt) -> int:
