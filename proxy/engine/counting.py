@@ -401,13 +401,13 @@ class PromptCounter:
         # The stream shares the earlier one's chunks up to where this one parts from it, so only
         # what is new is copied (index/rope.py); the reply priming is a chunk of its own, where the
         # next prompt of the conversation resumes.
-        earlier = resumed.earlier if resumed is not None and is_frozen(resumed.earlier) else None
-        keep = min(low, resumed.end) if resumed is not None and earlier is not None else 0
-        if earlier is None:  # one copy of a prompt read whole (the next one cuts it once)
+        shares = resumed is not None and is_frozen(resumed.earlier)
+        if resumed is None or not shares:  # one copy of a prompt read whole (the next one cuts it once)
             stream = TokenRope((tuple(tokens),))
         else:
-            stream = grown(earlier, keep, tokens[keep:content_end], tokens[content_end:])
-        if resumed is not None and low >= resumed.end and earlier is not None:
+            keep = min(low, resumed.end)
+            stream = grown(resumed.earlier, keep, tokens[keep:content_end], tokens[content_end:])
+        if resumed is not None and shares and low >= resumed.end:
             # Shared by construction: the index compares only what follows (query.derived).
             derived(stream, resumed.earlier, resumed.end)
         result = TokenizedPrompt(

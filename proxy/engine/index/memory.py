@@ -40,7 +40,7 @@ from typing import cast
 from .base import NO_MATCH, IndexStats, Match, PrefixIndex
 from .lru import _Held
 from .query import _packed, _Query, _query, cached_query
-from .rope import TokenRope, is_frozen
+from .rope import as_tokens, is_frozen
 from .trie import _add_kid, _Entry, _extend, _Node, _pack, _Stamp
 
 __all__ = ["NO_MATCH", "IndexStats", "Match", "MemoryIndex", "PrefixIndex"]
@@ -109,7 +109,7 @@ class MemoryIndex(_Held):
             return IndexStats(entries=len(self._entries), tokens=self._tokens, blocks=len(self._nodes))
 
     def lookup(self, scope: str, tokens: Sequence[int], *, now: float, ttl: float) -> Match:
-        toks = _as_seq(tokens)
+        toks = as_tokens(tokens)
         with self._lock:
             root = self._roots.get(scope)
             if root is None or not toks:
@@ -152,7 +152,7 @@ class MemoryIndex(_Held):
         entry_id: str | None = None,
         ttl: float | None = None,  # for shared stores' own expiry; held prompts age by max_age here
     ) -> str:
-        toks = _as_seq(tokens)
+        toks = as_tokens(tokens)
         with self._lock:
             if not toks:
                 return entry_id if entry_id is not None else self._new_id()
@@ -189,7 +189,7 @@ class MemoryIndex(_Held):
         now: float,
         ttl: float | None = None,
     ) -> None:
-        toks = _as_seq(tokens)
+        toks = as_tokens(tokens)
         with self._lock:
             root = self._roots.get(scope)
             if root is None:
@@ -216,7 +216,7 @@ class MemoryIndex(_Held):
     def marks(
         self, scope: str, tokens: Sequence[int], positions: Iterable[int], *, now: float, ttl: float
     ) -> dict[int, float]:
-        toks = _as_seq(tokens)
+        toks = as_tokens(tokens)
         with self._lock:
             root = self._roots.get(scope)
             wanted = sorted({p for p in positions if 0 < p <= len(toks)})
@@ -353,7 +353,3 @@ class MemoryIndex(_Held):
         self._entries[entry.id] = entry
         self._entries.move_to_end(entry.id)
         return entry
-
-
-def _as_seq(tokens: Sequence[int]) -> Sequence[int]:
-    return tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)

@@ -68,7 +68,7 @@ from .base import NO_MATCH, IndexStats, Lookup, Marks, Match, insert_after
 from .query import _common_blocks, origin_of
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
 from .redis_writes import Channel, Command, WriteBehind, argument, bulk
-from .rope import TokenRope, is_frozen
+from .rope import as_tokens, is_frozen
 
 __all__ = ["RedisIndex"]
 
@@ -463,7 +463,7 @@ class RedisIndex:
             self._scopes.move_to_end(scope)
             while len(self._scopes) > _SCOPES:
                 self._scopes.popitem(last=False)
-            if is_frozen(toks):  # the caller's own tuple: its id is that of the tuple kept
+            if is_frozen(toks):  # the caller's own tuple or rope: its id is that of the one kept
                 old = self._by_toks.pop(id(key), None)
                 self._by_toks[id(key)] = prepared
                 self._by_toks_tokens += n - (len(old.toks) if old is not None else 0)
@@ -625,7 +625,7 @@ class RedisIndex:
 
     def _walk(self, scope: str, tokens: Sequence[int], now: float, ttl: float) -> _Walk:
         """A lookup as a generator: yields the script calls of each round trip, gets their answers."""
-        toks = tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)
+        toks = as_tokens(tokens)
         n, bs = len(toks), self._bs
         if not n:
             return NO_MATCH
@@ -704,7 +704,7 @@ class RedisIndex:
         """Store a prompt's blocks. ``ttl``: the scope's cache TTL, for Redis key expiry only
         (None or <= 0: keep up to ``max_age_seconds``). Ids are uuids when not given, so that
         replicas never mint the same one."""
-        toks = tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)
+        toks = as_tokens(tokens)
         eid = entry_id if entry_id is not None else uuid.uuid4().hex
         if not toks:
             return eid
@@ -747,7 +747,7 @@ class RedisIndex:
     ) -> None:
         """Record a cache write at each position. Unlike ``MemoryIndex`` it does not check that the
         blocks are held (that would cost a round trip): marks expire on their own."""
-        toks = tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)
+        toks = as_tokens(tokens)
         groups = self._mark_fields(scope, toks, positions)
         if not groups:
             return
@@ -830,7 +830,7 @@ class RedisIndex:
             if not isinstance(index, RedisIndex):
                 out[i] = index.marks(q.scope, q.tokens, q.positions, now=now, ttl=q.ttl)
                 continue
-            toks = q.tokens if isinstance(q.tokens, list | tuple | TokenRope) else list(q.tokens)
+            toks = as_tokens(q.tokens)
             groups = index._mark_fields(q.scope, toks, q.positions)
             if not groups:
                 out[i] = {}

@@ -34,7 +34,7 @@ from .base import (
     lookup_many,
     marks_many,
 )
-from .rope import TokenRope
+from .rope import as_tokens
 
 __all__ = ["ResilientIndex"]
 
@@ -156,7 +156,7 @@ class ResilientIndex:
             if not isinstance(index, ResilientIndex):
                 local.append(q)
                 continue
-            toks = q.tokens if isinstance(q.tokens, list | tuple | TokenRope) else list(q.tokens)
+            toks = as_tokens(q.tokens)
             local.append(Lookup(index.fallback, q.scope, toks, q.ttl, q.then_insert))
             if q.then_insert is not None:
                 writes.append((index, Lookup(index.primary, q.scope, toks, q.ttl, q.then_insert)))
@@ -200,7 +200,7 @@ class ResilientIndex:
         entry_id: str | None = None,
         ttl: float | None = None,
     ) -> str:
-        toks = tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)
+        toks = as_tokens(tokens)
         # One id for both stores, unique across replicas (MemoryIndex's own ids are per process).
         eid = entry_id if entry_id is not None else uuid.uuid4().hex
         # The shared write first: a Redis runs it while the local one is made (neither waits).
@@ -217,7 +217,7 @@ class ResilientIndex:
         now: float,
         ttl: float | None = None,
     ) -> None:
-        toks = tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)
+        toks = as_tokens(tokens)
         where = list(positions)
         self.fallback.mark(scope, toks, where, now=now)
         self._call("mark", lambda: self.primary.mark(scope, toks, where, now=now, ttl=ttl))
@@ -238,7 +238,7 @@ class ResilientIndex:
             if not isinstance(index, ResilientIndex):
                 out.append(index.marks(q.scope, q.tokens, q.positions, now=now, ttl=q.ttl))
                 continue
-            toks = q.tokens if isinstance(q.tokens, list | tuple | TokenRope) else list(q.tokens)
+            toks = as_tokens(q.tokens)
             out.append(index.fallback.marks(q.scope, toks, q.positions, now=now, ttl=q.ttl))
             if index._due():
                 asked.append((i, index))

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain
 from typing import Any, overload
 
-__all__ = ["TokenRope", "grown", "is_frozen"]
+__all__ = ["TokenRope", "as_tokens", "grown", "is_frozen"]
 
 
 class TokenRope(Sequence[int]):
@@ -101,6 +101,12 @@ class TokenRope(Sequence[int]):
 def is_frozen(tokens: Sequence[int]) -> bool:
     """Whether ``tokens`` can never change: an index may keep its work on it by its identity."""
     return type(tokens) is tuple or type(tokens) is TokenRope
+
+
+def as_tokens(tokens: Sequence[int]) -> Sequence[int]:
+    """``tokens`` to index and slice: as it is when it is a list, a tuple or a rope, else a list of it
+    (a caller may pass any sequence, e.g. a range or an array)."""
+    return tokens if isinstance(tokens, list | tuple | TokenRope) else list(tokens)
 
 
 def grown(
