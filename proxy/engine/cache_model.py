@@ -88,6 +88,10 @@ class Prediction:
     write_positions: tuple[tuple[int, str], ...]
     # Position up to which this request reads from cache (0: none); the caller refreshes that entry.
     read_position: int
+    # This request's breakpoints at or before the read, with their TTL: each is used again, so the
+    # caller refreshes (or creates, at no charge) the entry there, as the provider does at every
+    # breakpoint of a request ("refreshed ... each time the cached content is used").
+    refresh_positions: tuple[tuple[int, str], ...] = ()
 
     @property
     def cache_write_5m_tokens(self) -> int:
@@ -278,7 +282,9 @@ def _predict_breakpoints(
         return any(b in beyond for b in asked)
 
     newest = bps[-rules.max_breakpoints :] if rules.max_breakpoints > 0 else bps
-    writes = tuple((p, ttl) for p, ttl in newest if p > hit and units.countable(p) >= rules.min_tokens)
+    cacheable = [(p, ttl) for p, ttl in newest if units.countable(p) >= rules.min_tokens]
+    writes = tuple((p, ttl) for p, ttl in cacheable if p > hit)
+    refreshes = tuple((p, ttl) for p, ttl in cacheable if p <= hit)
 
     cached = units.of(hit)
     write = units.of(writes[-1][0]) - cached if writes else 0
@@ -312,6 +318,7 @@ def _predict_breakpoints(
         limits=_sorted_limits(limits),
         write_positions=writes,
         read_position=hit,
+        refresh_positions=refreshes,
     )
 
 

@@ -372,16 +372,22 @@ class _MarkBook:
 
     def record(self, prediction: Prediction) -> None:
         """Mark what this request wrote and refresh what it read. Call after the prompt is inserted."""
-        by_class: dict[str, list[int]] = {"5m": [], "1h": []}
+        by_class: dict[str, set[int]] = {"5m": set(), "1h": set()}
         for pos, ttl_class in prediction.write_positions:
-            by_class[ttl_class].append(pos)
+            by_class[ttl_class].add(pos)
         if prediction.read_position:
             # A hit refreshes the entry it read, in its own TTL class.
-            by_class[self.found.get(prediction.read_position, "5m")].append(prediction.read_position)
+            by_class[self.found.get(prediction.read_position, "5m")].add(prediction.read_position)
+        for pos, ttl_class in prediction.refresh_positions:
+            # A breakpoint inside the read prefix refreshes its entry at its own TTL, and one found
+            # in the other class too: the provider holds one entry per prefix, at the longer TTL.
+            by_class[ttl_class].add(pos)
+            if pos in self.found:
+                by_class[self.found[pos]].add(pos)
         for ttl_class, positions in by_class.items():
             if not positions:
                 continue
             scope, ttl = self.classes[ttl_class]
             if ttl_class == "1h":
                 self.index.insert(scope, self.stream, now=self.now, ttl=ttl)
-            self.index.mark(scope, self.stream, positions, now=self.now, ttl=ttl)
+            self.index.mark(scope, self.stream, sorted(positions), now=self.now, ttl=ttl)

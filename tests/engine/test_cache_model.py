@@ -208,6 +208,19 @@ def test_rolling_breakpoint_reads_the_previous_turns_write() -> None:
     assert second.limits == ()
 
 
+def test_a_read_refreshes_every_breakpoint_it_passes() -> None:
+    # System marked at 1,500, the last message at 2,000; a repeat reads the end and so uses the
+    # system entry again: both are refreshed (the system one would otherwise expire first).
+    prompt, tp = build([Seg(1500, ttl="5m", role="system"), Seg(500, ttl="5m")])
+    again = run(prompt, tp, ANTHROPIC, common=2000, marks=marks_at([1500, 2000]))
+    assert again.read_position == 2000 and again.write_positions == ()
+    assert again.refresh_positions == ((1500, "5m"), (2000, "5m"))
+    # A breakpoint below the minimum has no entry to refresh.
+    short, tps = build([Seg(500, ttl="5m", role="system"), Seg(1500, ttl="5m")])
+    p = run(short, tps, ANTHROPIC, common=2000, marks=marks_at([2000]))
+    assert p.refresh_positions == ((2000, "5m"),)
+
+
 def test_docs_worked_example_entry_20_blocks_back_is_too_far() -> None:
     # Turn 2 wrote at block 15; turn 3 has 35 blocks and its breakpoint on block 35: blocks 35..16 are
     # checked and the entry at block 15 is one position outside the window.
@@ -451,6 +464,10 @@ def test_invariants(case: tuple[Prompt, FakeTokens, CacheRules, FakeMatch, dict[
     else:
         positions = [pos for pos, _ in p.write_positions]
         assert positions == sorted(positions) and all(pos > p.read_position for pos in positions)
+        # Every cacheable breakpoint is either written or refreshed, never both.
+        refreshed = [pos for pos, _ in p.refresh_positions]
+        assert all(pos <= p.read_position for pos in refreshed)
+        assert not set(refreshed) & set(positions) and set(refreshed) <= {pos for pos, _ in bps}
         if p.cached_tokens:
             assert p.read_position in written
         # Replaying the same request right after it: everything it wrote is read back, nothing is rewritten.
