@@ -7,7 +7,7 @@ analysis, no metrics: the least a Python ASGI proxy can do, run by uvicorn with 
 ``cachewarden proxy`` (no access log, no Server/Date headers). ``--server`` picks the serving stack
 (uvicorn with h11 on uvicorn's default loop, uvloop where installed, as `cachewarden proxy` runs;
 uvicorn with httptools + uvloop; granian) and ``--transport`` httpx's transport
-(its own, or aiohttp's through ``httpx-aiohttp``), for bench/bench_stack.py.
+(its own, or aiohttp's through cachewarden's ``upstream_aiohttp.AiohttpTransport``), for bench/bench_stack.py.
 
 ``nginx_server`` runs Debian's nginx answering every POST with one canned body: the near-free
 upstream that shows what a hop costs and nothing else.
@@ -145,9 +145,10 @@ def python_server(name: str, args: Sequence[str], port: int) -> Server:
 def _transport(name: str, limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
     if name == "httpx":
         return None
-    from httpx_aiohttp import AiohttpTransport
+    # cachewarden's own (its default upstream client): aiohttp's pool and parser under httpx's API.
+    from cachewarden.proxy.server.upstream_aiohttp import AiohttpTransport
 
-    return AiohttpTransport(limits=limits)
+    return AiohttpTransport(keepalive_expiry=limits.keepalive_expiry or 60.0)
 
 
 def create_bare_app(upstream: str, transport: str = "httpx") -> Starlette:

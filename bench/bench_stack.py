@@ -6,13 +6,15 @@ with a canned chat completion, so what is measured is the hop and nothing else):
     direct                      client -> nginx
     <server>+<transport>        client -> bare Starlette pass-through (bench/_servers.py) -> nginx
     cachewarden                 client -> `cachewarden proxy` (observe mode, its defaults: analysis in
-                                2 worker processes) -> nginx
-    cachewarden-threads         the same with ``--analysis-processes=false`` (analysis on 2 threads of
-                                the forwarding process, as in the other modes)
+                                2 worker processes, the aiohttp upstream client) -> nginx
+    cachewarden-httpx           the same with ``--upstream-client httpx`` (httpx's own transport)
+    cachewarden-threads         the same as cachewarden with ``--analysis-processes=false`` (analysis
+                                on 2 threads of the forwarding process, as in the other modes)
 
 Servers: uvicorn with h11 (cachewarden's; both on uvicorn's default loop, uvloop where installed),
 uvicorn with httptools + uvloop, granian.
-Transports: httpx's own, and aiohttp's through ``httpx-aiohttp`` (httpx stays the client API).
+Transports: httpx's own, and aiohttp's through cachewarden's ``upstream_aiohttp.AiohttpTransport``
+(httpx stays the client API; cachewarden's default upstream client).
 Workload: the agent bodies of bench_proxy.py (~40 KB OpenAI Chat requests, each a turn longer).
 
 Sequential requests are interleaved path by path (rotating order), so drift hits every path alike;
@@ -23,11 +25,13 @@ requests of that run. Ratios against ``uvicorn-h11+httpx`` are the figures to co
 ``--paths NAME,…`` keeps only those paths (besides direct), e.g. ``--paths
 uvicorn-h11+httpx,cachewarden`` for the default's sequential added p50 against the baseline.
 
-``--sweep 1,8,32,64`` measures instead a concurrency sweep of four paths — direct, the baseline
-stack, cachewarden and cachewarden-threads — each level with the same number of requests per
-client: added p50 / p99 over the direct path at that level, the process group's CPU per request
-(analysis threads and worker processes included; measured once the process group is idle again,
-i.e. the run's analysis ended), the forwarding process's alone ("fwd"), and the p99
+``--sweep 1,8,32,64`` measures instead a concurrency sweep of direct, the baseline stack, the bare
+pass-through on the aiohttp transport (``uvicorn-h11+aiohttp``: the floor with cachewarden's own
+upstream client) and the three cachewarden paths (``--paths`` keeps fewer), each level with the same
+number of requests per client: added p50 / p99 over the direct path at that level, the process
+group's CPU per request (analysis threads and worker processes included; measured once the
+process group is idle again, i.e. the run's analysis ended), the forwarding process's alone
+("fwd"; "fwd vs same": against the bare pass-through on the same upstream client), and the p99
 itself, as ratios against the baseline at the same level (on 2 cores the load generator competes
 with the servers: at 32+ clients "added" can be negative), and the requests whose analysis was
 dropped (``analysis_dropped_total``: the analysis fell behind its bounded queue; the CPU per
@@ -57,7 +61,8 @@ from bench_proxy import Sample, Workload, concurrent, new_client, one_request, p
 
 BASELINE = "uvicorn-h11+httpx"
 CONCURRENCY = 32
-PROXIES = ("cachewarden", "cachewarden-threads")
+PROXIES = ("cachewarden", "cachewarden-httpx", "cachewarden-threads")
+SAME_CLIENT = "uvicorn-h11+aiohttp"
 WORKERS = 2
 
 
@@ -87,19 +92,22 @@ def start(upstream: Server, with_cachewarden: bool, paths: set[str] | None = Non
     for name in PROXIES if with_cachewarden else ():
         if paths is None or name in paths:
             port = free_port()
-            servers[name] = python_server(name, cachewarden_argv(port, upstream, name != "cachewarden"), port)
+            servers[name] = python_server(name, cachewarden_argv(port, upstream, name), port)
     for s in servers.values():
         s.wait_ready()
     return servers
 
 
-def cachewarden_argv(port: int, upstream: Server, threads: bool, backlog: int | None = None) -> list[str]:
-    """`cachewarden proxy` as shipped (analysis in worker processes), or with its analysis on threads."""
+def cachewarden_argv(port: int, upstream: Server, path: str, backlog: int | None = None) -> list[str]:
+    """`cachewarden proxy` as shipped (analysis in worker processes, the aiohttp upstream client),
+    with httpx's transport (cachewarden-httpx), or with its analysis on threads (cachewarden-threads)."""
     argv = ["-m", "cachewarden.proxy.cli", "proxy", "--port", str(port), "--log-level", "warning"]
     argv += [] if backlog is None else ["--analysis-backlog", str(backlog)]
     argv += ["--openai-upstream", upstream.url, "--anthropic-upstream", upstream.url]
     argv += ["--analysis-workers", str(WORKERS)]
-    return argv + (["--analysis-processes=false"] if threads else [])
+    if path == "cachewarden-httpx":
+        argv += ["--upstream-client", "httpx"]
+    return argv + (["--analysis-processes=false"] if path == "cachewarden-threads" else [])
 
 
 def counted(owner: Server, name: str) -> float:
@@ -138,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.sweep:
         levels = [int(v) for v in args.sweep.split(",") if v.strip()]
-        return sweep(levels, args.per_client, args.analysis_backlog)
+        chosen = [p.strip() for p in args.paths.split(",") if p.strip()] if args.paths else None
+        return sweep(levels, args.per_client, args.analysis_backlog, chosen)
     if shutil.which("nginx") is None:
         print("bench_stack: needs nginx (apt-get install nginx-light)", file=sys.stderr)
         return 2
@@ -175,24 +184,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def sweep(levels: Sequence[int], per_client: int, backlog: int | None = None) -> int:
-    """Direct, the baseline stack and both cachewarden paths at each concurrency level (module doc)."""
+def sweep(
+    levels: Sequence[int], per_client: int, backlog: int | None = None, paths: Sequence[str] | None = None
+) -> int:
+    """Direct, the baseline stack, the same-client floor and the cachewarden paths at each
+    concurrency level (module doc); ``paths``: only these besides direct and the baseline."""
     if shutil.which("nginx") is None:
         print("bench_stack: needs nginx (apt-get install nginx-light)", file=sys.stderr)
         return 2
     workload = Workload(stream=False)
-    server, transport = BASELINE.split("+")
+    wanted = [SAME_CLIENT, *PROXIES] if paths is None else [p for p in paths if p != BASELINE]
     with tempfile.TemporaryDirectory() as tmp:
         nginx = nginx_server(free_port(), tmp)
         nginx.wait_ready()
-        port = free_port()
-        args = ["bench/_servers.py", "bare", "--port", str(port), "--upstream", nginx.url]
-        bare = python_server(BASELINE, [*args, "--server", server, "--transport", transport], port)
-        owners = {"direct": nginx, BASELINE: bare}
-        for name in PROXIES:
+        owners = {"direct": nginx}
+        for name in (BASELINE, *wanted):
             port = free_port()
-            argv = cachewarden_argv(port, nginx, name != "cachewarden", backlog)
-            owners[name] = python_server(name, argv, port)
+            if name in PROXIES:
+                owners[name] = python_server(name, cachewarden_argv(port, nginx, name, backlog), port)
+                continue
+            server, transport = name.split("+")
+            args = ["bench/_servers.py", "bare", "--port", str(port), "--upstream", nginx.url]
+            owners[name] = python_server(name, [*args, "--server", server, "--transport", transport], port)
         try:
             for i, s in enumerate(owners.values()):
                 s.wait_ready()
@@ -202,7 +215,7 @@ def sweep(levels: Sequence[int], per_client: int, backlog: int | None = None) ->
                     warm = [workload.bodies(900_000 + 100 * i + 10 * t + w, 6) for w in range(2)]
                     asyncio.run(concurrent(s.url + "/v1/chat/completions", warm, f"sk-warm-{i}-{t}"))
             head = ("clients", "path", "+p50", "+p99", "CPU/req", "fwd CPU/req", "CPU vs base")
-            head += ("fwd vs base", "+p50 vs base", "p99 vs base", "dropped")
+            head += ("fwd vs base", "fwd vs same", "+p50 vs base", "p99 vs base", "dropped")
             print(f"{head[0]:>7} {head[1]:<20}" + "".join(f"{h:>13}" for h in head[2:]))
             for level in levels:
                 # Fresh sessions per level and path: every conversation grows a turn per request.
@@ -231,7 +244,7 @@ def sweep(levels: Sequence[int], per_client: int, backlog: int | None = None) ->
                 base_sample, base_cpu, base_fwd = results[BASELINE]
                 base_p99 = pct(base_sample.total, 99)
                 base_a50 = pct(base_sample.total, 50) - pct(direct, 50)
-                for name in (BASELINE, *PROXIES):
+                for name in (BASELINE, *wanted):
                     sample, cpu_ms, fwd_ms = results[name]
                     a50, a99 = (
                         pct(sample.total, 50) - pct(direct, 50),
@@ -239,6 +252,9 @@ def sweep(levels: Sequence[int], per_client: int, backlog: int | None = None) ->
                     )
                     cells = [f"{a50:.2f}", f"{a99:.2f}", f"{cpu_ms:.2f}", f"{fwd_ms:.2f}"]
                     cells += [f"{cpu_ms / base_cpu:.2f}x", f"{fwd_ms / base_fwd:.2f}x"]
+                    # Against the bare pass-through on the same upstream client, where it ran.
+                    same = SAME_CLIENT if name in (SAME_CLIENT, "cachewarden") else BASELINE
+                    cells.append(f"{fwd_ms / results[same][2]:.2f}x" if same in results else "-")
                     cells.append(f"{a50 / base_a50:.2f}x" if base_a50 > 0 else "-")
                     cells.append(f"{pct(sample.total, 99) / base_p99:.2f}x")
                     proxy = name in PROXIES
@@ -251,6 +267,8 @@ def sweep(levels: Sequence[int], per_client: int, backlog: int | None = None) ->
                     s.stop()
             nginx.stop()
     print("(milliseconds; +pXX = added over the direct path's percentile at the same concurrency;")
+    print(" fwd vs same: the forwarding process against the bare pass-through on the same upstream")
+    print(" client, uvicorn-h11+aiohttp for cachewarden's default, the baseline for the others;")
     print(" dropped: requests whose analysis was dropped so far, cumulative over the levels)")
     return 0
 

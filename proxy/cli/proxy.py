@@ -25,6 +25,7 @@ from cachewarden.proxy.server.analysis import EngineAnalyzer
 from cachewarden.proxy.server.analysis_worker import Factory
 from cachewarden.proxy.server.app import Proxy, create_app
 from cachewarden.proxy.server.config import Settings, load_settings
+from cachewarden.proxy.server.forward import upstream_client
 from cachewarden.proxy.server.hooks import Analyzer, default_analyzers
 from cachewarden.proxy.server.live_rules import LiveRules
 from cachewarden.proxy.server.metrics import Metrics
@@ -214,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(sys.argv[1:] if argv is None else argv)
         _check_files(settings)
         check_shared_index(settings)
+        client = upstream_client(settings, os.environ)
         app = build(settings)
     except CachewardenError as exc:
         print(f"cachewarden proxy: error: {exc}", file=sys.stderr)
@@ -238,6 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = _DrainingServer(config, app.state.proxy)
     handler = _log_to_stderr(settings.log_level)
     logger.info(analysis_line(settings))
+    logger.info("upstream client: %s", client)
     try:
         server.run()
     finally:

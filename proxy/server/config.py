@@ -31,6 +31,8 @@ from cachewarden.proxy.server.transforms.canonicalize import UNSAFE_TRANSFORMS
 
 Mode = Literal["observe", "canonicalize", "optimize"]
 MODES: tuple[Mode, ...] = ("observe", "canonicalize", "optimize")
+UpstreamClient = Literal["auto", "aiohttp", "httpx"]
+UPSTREAM_CLIENTS: tuple[UpstreamClient, ...] = ("auto", "aiohttp", "httpx")
 ENV_PREFIX = "CACHEWARDEN_"
 # Path prefixes the proxy serves itself or routes by provider: a named upstream must not shadow them.
 _RESERVED_NAMES = frozenset({"v1", "metrics", "healthz", "readyz"})
@@ -64,6 +66,9 @@ class Settings:
     # Read / write timeout; the SDKs' own default is 600 s, and a long non-streamed answer needs it.
     upstream_timeout: float = 600.0
     connect_timeout: float = 10.0
+    # What carries the upstream hop (forward.py ``upstream_client``): aiohttp's pool and C parser
+    # under httpx's API, or httpx's own transport; auto: aiohttp unless an HTTP(S)_PROXY is set.
+    upstream_client: UpstreamClient = "auto"
     tenant_header: str | None = None
     # Optimize mode: a header whose value (with the tenant) keys OpenAI's prompt_cache_key per session.
     session_header: str | None = None
@@ -171,6 +176,12 @@ def parse_mode(name: str, value: object) -> Mode:
     return value
 
 
+def parse_upstream_client(name: str, value: object) -> UpstreamClient:
+    if value not in UPSTREAM_CLIENTS:
+        _fail(name, value, f"expected one of {', '.join(UPSTREAM_CLIENTS)}")
+    return cast("UpstreamClient", value)
+
+
 def parse_text(name: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         _fail(name, value, "expected a non-empty string")
@@ -267,6 +278,7 @@ _PARSERS: dict[str, Callable[[str, object], object]] = {
     "max_body_bytes": parse_size,
     "upstream_timeout": parse_seconds,
     "connect_timeout": parse_seconds,
+    "upstream_client": parse_upstream_client,
     "tenant_header": parse_header,
     "session_header": parse_header,
     "unsafe_transforms": parse_transforms,
@@ -358,6 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-body-bytes", metavar="N", help="largest request body accepted (default 32MiB)")
     add("--upstream-timeout", metavar="SECONDS", help="upstream read/write timeout (default 600)")
     add("--connect-timeout", metavar="SECONDS", help="upstream connect timeout (default 10)")
+    add(
+        "--upstream-client",
+        choices=UPSTREAM_CLIENTS,
+        help="what carries the upstream hop: aiohttp, httpx, or auto (default: aiohttp unless a "
+        "proxy is set in HTTP(S)_PROXY / ALL_PROXY, which only httpx uses)",
+    )
     add("--tenant-header", metavar="NAME", help="request header naming the tenant (default: key hash)")
     add("--session-header", metavar="NAME", help="optimize: header naming the session (prompt_cache_key)")
     add(

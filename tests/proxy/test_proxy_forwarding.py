@@ -503,13 +503,14 @@ async def test_access_log_and_capture(tmp_path: Path) -> None:
 
 
 async def test_works_with_respx() -> None:
+    # respx patches httpx's own transport: with --upstream-client httpx it mocks the upstream.
     with respx.mock(assert_all_called=True) as router:
         route = router.post("https://api.anthropic.com/v1/messages").mock(
             return_value=httpx.Response(
                 529, json={"type": "error", "error": {"type": "overloaded_error", "message": "x"}}
             )
         )
-        async with proxy(None) as client:
+        async with proxy(None, Settings(upstream_client="httpx")) as client:
             r = await client.post(
                 "/v1/messages",
                 content=MESSAGES,
