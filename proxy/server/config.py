@@ -179,7 +179,7 @@ def parse_mode(name: str, value: object) -> Mode:
 def parse_upstream_client(name: str, value: object) -> UpstreamClient:
     if value not in UPSTREAM_CLIENTS:
         _fail(name, value, f"expected one of {', '.join(UPSTREAM_CLIENTS)}")
-    return cast("UpstreamClient", value)
+    return value
 
 
 def parse_text(name: str, value: object) -> str:

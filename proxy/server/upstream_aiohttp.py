@@ -13,7 +13,9 @@ client it does so to stay a transparent hop:
   off: the auto choice keeps httpx's transport where a proxy is configured);
 - the path and query go out exactly as the client sent them (no re-quoting), the headers in their
   order and spelling (a name repeated in another case takes its first spelling), the body as one
-  write, the response's body still compressed (``auto_decompress`` off), de-chunked;
+  write; the rare request aiohttp cannot send byte for byte (a header value that is not UTF-8, a
+  path that is not ASCII) goes through httpx's own transport instead; the response's body comes
+  back still compressed (``auto_decompress`` off), de-chunked;
 - aiohttp's failures are translated once, here, into the httpx exceptions the forwarder maps to
   502 / 504 and broken streams (forward.py): a timeout is a timeout, a reset or a truncated body
   a read error, a refused connection a connect error;
@@ -75,7 +77,9 @@ def _timeout(connect: float | None, read: float | None, pool: float | None) -> a
     return aiohttp.ClientTimeout(total=None, connect=pool, sock_connect=connect, sock_read=read)
 
 
-def _headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
+def _headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str] | None:
+    """The headers as aiohttp takes them, or None where it could not send them byte for byte: it
+    writes header values as UTF-8, so a value that is not UTF-8 (latin-1 text, say) would change."""
     out: CIMultiDict[str] = CIMultiDict()
     spelt: dict[str, str] = {}
     for name, value in raw:
@@ -83,7 +87,10 @@ def _headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
         # A name repeated in another case takes its first spelling: aiohttp's session would keep
         # only the last of two names that differ in case (header names are case-insensitive).
         key = spelt.setdefault(key.lower(), key)
-        out.add(key, value.decode("latin-1"))
+        try:
+            out.add(key, value.decode())
+        except UnicodeDecodeError:
+            return None
     return out
 
 
@@ -112,6 +119,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._keepalive = keepalive_expiry
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
+        # For the rare request aiohttp cannot send unchanged (``_headers``, a non-ASCII URL).
+        self._fallback: httpx.AsyncHTTPTransport | None = None
 
     def _open(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -136,6 +145,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             session = self._session = self._open()
         t: dict[str, Any] = request.extensions.get("timeout", {})
         headers = _headers(request.headers.raw)
+        if headers is None or not request.url.raw_path.isascii():
+            if self._fallback is None:
+                self._fallback = httpx.AsyncHTTPTransport(
+                    verify=self._ssl or True, limits=httpx.Limits(keepalive_expiry=self._keepalive)
+                )
+            return await self._fallback.handle_async_request(request)
         with httpx_errors(request):
             response = await session.request(
                 request.method,
@@ -165,3 +180,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+        fallback, self._fallback = self._fallback, None
+        if fallback is not None:
+            await fallback.aclose()

@@ -124,6 +124,10 @@ def test_image_runs_non_root_read_only_healthy_and_drains_on_sigterm(engine: Eng
     denied = engine.run("exec", proxy, "python", "-c", "open('/opt/cachewarden/x', 'w')", check=False)
     assert denied.returncode != 0 and "Read-only file system" in denied.stderr
 
+    # The image carries the default upstream client (aiohttp, from the proxy extra).
+    logs = engine.run("logs", proxy)
+    assert "upstream client: aiohttp" in logs.stdout + logs.stderr
+
     usage = drive_sdks(proxy_url)
     assert usage["openai_cached"] > 0 and usage["anthropic_cached"] > 0, usage
     assert usage["openai_stream"]
