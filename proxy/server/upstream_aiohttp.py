@@ -12,9 +12,9 @@ client it does so to stay a transparent hop:
   another), no credentials from ``~/.netrc`` and no proxy from the environment (``trust_env``
   off: the auto choice keeps httpx's transport where a proxy is configured);
 - the path and query go out exactly as the client sent them (no re-quoting), the headers in their
-  order and spelling (a name repeated in another case takes its first spelling), the body as one
-  write; the rare request aiohttp cannot send byte for byte (a header value that is not UTF-8, a
-  path that is not ASCII) goes through httpx's own transport instead; the response's body comes
+  order and spelling, the body as one write; the rare request aiohttp cannot send byte for byte (a
+  header value that is not UTF-8, a name repeated in another case, a path that is not ASCII) goes
+  through httpx's own transport instead; the response's body comes
   back still compressed (``auto_decompress`` off), de-chunked;
 - aiohttp's failures are translated once, here, into the httpx exceptions the forwarder maps to
   502 / 504 and broken streams (forward.py): a timeout is a timeout, a reset or a truncated body
@@ -79,14 +79,14 @@ def _timeout(connect: float | None, read: float | None, pool: float | None) -> a
 
 def _headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str] | None:
     """The headers as aiohttp takes them, or None where it could not send them byte for byte: it
-    writes header values as UTF-8, so a value that is not UTF-8 (latin-1 text, say) would change."""
+    writes header values as UTF-8, so a value that is not UTF-8 (latin-1 text, say) would change,
+    and its session keeps only the last of two names that differ in case only."""
     out: CIMultiDict[str] = CIMultiDict()
     spelt: dict[str, str] = {}
     for name, value in raw:
         key = name.decode("latin-1")
-        # A name repeated in another case takes its first spelling: aiohttp's session would keep
-        # only the last of two names that differ in case (header names are case-insensitive).
-        key = spelt.setdefault(key.lower(), key)
+        if spelt.setdefault(key.lower(), key) != key:
+            return None
         try:
             out.add(key, value.decode())
         except UnicodeDecodeError:

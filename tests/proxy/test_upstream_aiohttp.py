@@ -80,27 +80,30 @@ def test_the_request_goes_out_as_the_client_sent_it() -> None:
         async with raw_server(handler) as base, aiohttp_client() as client:
             url = httpx.URL(base + "/v1/chat/completions?api-version=2024-10-21&x=a%2Fb%20c")
             body = b'{"model": "gpt-4o",  "messages": []}'
-            headers = [(b"Authorization", b"Bearer sk-test"), (b"X-Custom", b"One"), (b"x-custom", b"two")]
+            headers = [(b"Authorization", b"Bearer sk-test"), (b"X-Custom", b"One"), (b"X-Custom", b"two")]
             headers.append((b"X-Title", "Café ☕".encode()))
             request = build_request("POST", url, headers, body, lambda: sent.append(True))
             response = await client.send(request, stream=True)
             assert await response.aread() == b"ok"
             await response.aclose()
-            # Latin-1 bytes, which aiohttp would write as UTF-8: sent through httpx's transport.
-            latin = build_request("POST", url, [(b"X-Title", b"caf\xe9")], b"{}", lambda: None)
-            response = await client.send(latin, stream=True)
-            await response.aread()
-            await response.aclose()
+            # What aiohttp would change goes through httpx's transport: latin-1 bytes (aiohttp writes
+            # UTF-8), a name repeated in another case (aiohttp would keep only the last).
+            for odd in ([(b"X-Title", b"caf\xe9")], [(b"X-Tag", b"a"), (b"x-tag", b"b")]):
+                response = await client.send(
+                    build_request("POST", url, odd, b"{}", lambda: None), stream=True
+                )
+                await response.aread()
+                await response.aclose()
         assert sent == [True]  # the body stream signalled that its last byte went out
 
     asyncio.run(main())
     assert b"\r\nX-Title: caf\xe9\r\n" in seen[1]
+    assert b"\r\nX-Tag: a\r\nx-tag: b\r\n" in seen[2]
     head, body = seen[0].split(b"\r\n\r\n", 1)
     lines = head.split(b"\r\n")
     assert lines[0] == b"POST /v1/chat/completions?api-version=2024-10-21&x=a%2Fb%20c HTTP/1.1"
     names = [line.split(b":", 1)[0] for line in lines[1:]]
-    # The client's headers, repeated ones included, and the framing; nothing of aiohttp's own. (A
-    # name repeated in another case is sent in its first spelling: aiohttp would merge them.)
+    # The client's headers, repeated ones included, and the framing; nothing of aiohttp's own.
     assert names == [b"host", b"Authorization", b"X-Custom", b"X-Custom", b"X-Title", b"content-length"]
     assert b"X-Custom: One\r\nX-Custom: two\r\nX-Title: Caf\xc3\xa9 \xe2\x98\x95\r\n" in head
     assert body == b'{"model": "gpt-4o",  "messages": []}'
