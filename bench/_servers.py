@@ -269,5 +269,31 @@ http {{
     return Server("nginx", ["nginx", "-c", conf, "-p", directory], port)
 
 
+def nginx_hop(port: int, directory: str, upstream: str) -> Server:
+    """nginx on ``port`` relaying every request to ``upstream`` (``proxy_pass``, kept-alive
+    connections, no buffering): the floor of a hop, what a proxy in C costs."""
+    conf = os.path.join(directory, "nginx-hop.conf")
+    with open(conf, "w", encoding="ascii") as f:
+        f.write(
+            f"""daemon off; worker_processes 1; pid {directory}/nginx-hop.pid;
+error_log {directory}/hop-error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off; client_body_temp_path {directory}/hop-body; client_max_body_size 64m;
+  proxy_temp_path {directory}/hop-proxy; keepalive_requests 1000000; keepalive_timeout 120s;
+  upstream backend {{ server {upstream.removeprefix("http://")}; keepalive 64; }}
+  server {{
+    listen {HOST}:{port};
+    location / {{
+      proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_buffering off; proxy_request_buffering off;
+    }}
+  }}
+}}
+"""
+        )
+    return Server("nginx-hop", ["nginx", "-c", conf, "-p", directory], port)
+
+
 if __name__ == "__main__":
     raise SystemExit(_main(sys.argv[1:]))

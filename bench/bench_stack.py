@@ -4,6 +4,7 @@ Paths, every server in its own process group, one near-free upstream (nginx answ
 with a canned chat completion, so what is measured is the hop and nothing else):
 
     direct                      client -> nginx
+    nginx-hop                   client -> nginx ``proxy_pass`` -> nginx (the floor of a hop, in C)
     <server>+<transport>        client -> bare Starlette pass-through (bench/_servers.py) -> nginx
     cachewarden                 client -> `cachewarden proxy` (observe mode, its defaults: analysis in
                                 2 worker processes, the aiohttp upstream client) -> nginx
@@ -56,13 +57,14 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _servers import SERVERS, TRANSPORTS, Server, free_port, nginx_server, python_server
+from _servers import SERVERS, TRANSPORTS, Server, free_port, nginx_hop, nginx_server, python_server
 from bench_proxy import Sample, Workload, concurrent, new_client, one_request, pct
 
 BASELINE = "uvicorn-h11+httpx"
 CONCURRENCY = 32
 PROXIES = ("cachewarden", "cachewarden-httpx", "cachewarden-threads")
 SAME_CLIENT = "uvicorn-h11+aiohttp"
+HOP = "nginx-hop"
 WORKERS = 2
 
 
@@ -78,9 +80,13 @@ async def sequential(urls: dict[str, str], bodies: Sequence[bytes], warmup: int)
     return samples
 
 
-def start(upstream: Server, with_cachewarden: bool, paths: set[str] | None = None) -> dict[str, Server]:
+def start(
+    upstream: Server, with_cachewarden: bool, tmp: str, paths: set[str] | None = None
+) -> dict[str, Server]:
     """Every path's server (``paths``: only those), started and ready."""
     servers: dict[str, Server] = {}
+    if paths is None or HOP in paths:
+        servers[HOP] = nginx_hop(free_port(), tmp, upstream.url)
     for server in SERVERS:
         for transport in TRANSPORTS:
             name = f"{server}+{transport}"
@@ -159,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nginx = nginx_server(port, tmp)
         nginx.wait_ready()
         paths = {p.strip() for p in args.paths.split(",") if p.strip()} if args.paths else None
-        servers = start(nginx, not args.no_cachewarden, paths)
+        servers = start(nginx, not args.no_cachewarden, tmp, paths)
         try:
             urls = {"direct": nginx.url} | {name: s.url for name, s in servers.items()}
             seq = asyncio.run(sequential(urls, bodies, args.warmup))
@@ -193,7 +199,7 @@ def sweep(
         print("bench_stack: needs nginx (apt-get install nginx-light)", file=sys.stderr)
         return 2
     workload = Workload(stream=False)
-    wanted = [SAME_CLIENT, *PROXIES] if paths is None else [p for p in paths if p != BASELINE]
+    wanted = [HOP, SAME_CLIENT, *PROXIES] if paths is None else [p for p in paths if p != BASELINE]
     with tempfile.TemporaryDirectory() as tmp:
         nginx = nginx_server(free_port(), tmp)
         nginx.wait_ready()
@@ -202,6 +208,9 @@ def sweep(
             port = free_port()
             if name in PROXIES:
                 owners[name] = python_server(name, cachewarden_argv(port, nginx, name, backlog), port)
+                continue
+            if name == HOP:
+                owners[name] = nginx_hop(port, tmp, nginx.url)
                 continue
             server, transport = name.split("+")
             args = ["bench/_servers.py", "bare", "--port", str(port), "--upstream", nginx.url]
@@ -303,7 +312,8 @@ def report(seq: dict[str, Sample], conc: dict[str, Sample], cpu_ms: dict[str, tu
     bad = {n: dict(s.statuses) for n, s in (seq | conc).items() if set(s.statuses) - {200}}
     if bad:
         print(f"non-200 answers: {bad}")
-    print("(milliseconds; +pXX = added over the direct path's percentile; fwd: the server's own process)")
+    print("(milliseconds; +pXX = added over the direct path's percentile; fwd: the server's own process,")
+    print(" for nginx-hop its master process, which relays nothing: read its CPU/req)")
 
 
 if __name__ == "__main__":
