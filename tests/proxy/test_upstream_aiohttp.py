@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import shutil
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import pytest
@@ -210,3 +214,64 @@ def test_the_upstream_client_is_chosen_and_refused_where_it_cannot_work() -> Non
     client = make_client(aio, env={})
     assert isinstance(client._transport, AiohttpTransport)
     assert not isinstance(make_client(plain, env={})._transport, AiohttpTransport)
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    request = [
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]
+    subprocess.run(
+        [*request, "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.mark.skipif(
+    shutil.which("openssl") is None, reason="needs the openssl command for a test certificate"
+)
+def test_tls_upstreams_are_verified_with_httpx_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cert, key = self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+
+    async def fetch(client: httpx.AsyncClient, port: int) -> bytes:
+        url = httpx.URL(f"https://127.0.0.1:{port}/v1/x")
+        response = await client.send(build_request("POST", url, [], b"{}", lambda: None), stream=True)
+        body = await response.aread()
+        await response.aclose()
+        return body
+
+    async def main(trusted: bool) -> None:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp_client() as client:
+                if trusted:
+                    assert await fetch(client, port) == b"ok"
+                else:
+                    # Not among the trusted roots: refused, as httpx's transport refuses it (502).
+                    await expect(httpx.ConnectError, lambda: fetch(client, port))
+        finally:
+            server.close()
+
+    asyncio.run(main(trusted=False))
+    # SSL_CERT_FILE extends httpx's roots, and so the aiohttp client's (the same context).
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    asyncio.run(main(trusted=True))
