@@ -64,9 +64,14 @@ def _text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-@functools.lru_cache(maxsize=256)
 def _url(text: str) -> URL:
-    # encoded=True: the client's percent-encoding is kept byte for byte (no re-quoting).
+    # encoded=True: the client's percent-encoding is kept byte for byte (no re-quoting). Kept only
+    # without a query, as forward.py's URLs: a query may hold a key.
+    return URL(text, encoded=True) if "?" in text else _plain_url(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_url(text: str) -> URL:
     return URL(text, encoded=True)
 
 
