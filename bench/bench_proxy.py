@@ -196,7 +196,9 @@ async def concurrent(url: str, streams: Sequence[Sequence[bytes]], key: str) -> 
 # -- servers ----------------------------------------------------------------------------------------
 
 
-def start_servers(switch_interval: float | None, upstream_latency: str | None = None) -> dict[str, Server]:
+def start_servers(
+    switch_interval: float | None, upstream_latency: str | None = None, upstream_client: str | None = None
+) -> dict[str, Server]:
     servers: dict[str, Server] = {}
     port = free_port()
     cli = ["-m", "cachewarden.proxy.cli"]
@@ -220,6 +222,7 @@ def start_servers(switch_interval: float | None, upstream_latency: str | None = 
     port = free_port()
     flags = ["--port", str(port), "--mode", "observe", "--log-level", "warning"]
     flags += ["--openai-upstream", up, "--anthropic-upstream", up]
+    flags += ["--upstream-client", upstream_client] if upstream_client else []
     servers["cachewarden"] = python_server("cachewarden proxy", [*cli, "proxy", *flags], port)
     servers["bare"].wait_ready()
     servers["cachewarden"].wait_ready("/readyz")
@@ -347,6 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--switch-interval", type=float, help="experiment: sys.setswitchinterval() in the cachewarden proxy"
     )
+    parser.add_argument(
+        "--upstream-client", choices=["aiohttp", "httpx"], help="cachewarden's (default: its own default)"
+    )
     args = parser.parse_args(argv)
     seq_n, warm, conc_n = args.sequential, args.warmup, args.concurrent
     if args.quick:
@@ -372,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, dict[str, Sample]] = {}
     started = time.perf_counter()
     try:
-        servers = start_servers(args.switch_interval, args.upstream_latency)
+        servers = start_servers(args.switch_interval, args.upstream_latency, args.upstream_client)
         up = servers["upstream"].url
         urls = {p: (up if p == "direct" else servers[p].url) + "/v1/chat/completions" for p in PATHS}
 
