@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cachewarden.proxy.cli import proxy as proxy_cmd
 from cachewarden.proxy.engine.errors import ConfigError
 from cachewarden.proxy.server.config import Settings
 from cachewarden.proxy.server.forward import build_request, make_client, upstream_client
@@ -275,3 +276,17 @@ def test_tls_upstreams_are_verified_with_httpx_roots(tmp_path: Path, monkeypatch
     # SSL_CERT_FILE extends httpx's roots, and so the aiohttp client's (the same context).
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     asyncio.run(main(trusted=True))
+
+
+def test_the_command_refuses_aiohttp_behind_a_forward_proxy(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:secret@127.0.0.1:3128")
+    assert proxy_cmd.main(["--upstream-client", "aiohttp", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "cachewarden proxy: error: --upstream-client aiohttp does not go through the proxy in "
+        "HTTPS_PROXY: use --upstream-client httpx (or leave it unset)\n"
+    )
+    assert proxy_cmd.main(["--upstream-client", "h2"]) == 2
+    assert "argument --upstream-client: invalid choice: 'h2'" in capsys.readouterr().err
