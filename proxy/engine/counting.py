@@ -401,17 +401,16 @@ class PromptCounter:
         # The stream shares the earlier one's chunks up to where this one parts from it, so only
         # what is new is copied (index/rope.py); the reply priming is a chunk of its own, where the
         # next prompt of the conversation resumes.
-        shares = resumed is not None and is_frozen(resumed.earlier)
-        if resumed is None or not shares:  # one copy of a prompt read whole (the next one cuts it once)
-            stream = TokenRope((tuple(tokens),))
-        else:
+        if resumed is not None and is_frozen(resumed.earlier):
             keep = min(low, resumed.end)
             stream = grown(resumed.earlier, keep, tokens[keep:content_end], tokens[content_end:])
-        if resumed is not None and shares and low >= resumed.end:
-            # Shared by construction: the index compares only what follows (query.derived).
-            derived(stream, resumed.earlier, resumed.end)
+            if low >= resumed.end:
+                # Shared by construction: the index compares only what follows (query.derived).
+                derived(stream, resumed.earlier, resumed.end)
+        else:  # one copy of a prompt read whole (the next one cuts it once)
+            stream = TokenRope((tuple(tokens),))
         result = TokenizedPrompt(
-            # A tuple: the prefix index shares its work on an immutable stream between calls.
+            # Immutable: the prefix index shares its work on the stream between calls.
             tokens=stream,
             spans=tuple(spans),
             tokenizer=tok.name,
