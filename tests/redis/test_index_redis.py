@@ -687,3 +687,212 @@ def test_an_insert_sent_with_its_lookup_is_not_seen_by_it(
     assert _t(got) == _t(want)
     index.flush()
     assert _t(other.lookup("x", toks, now=2, ttl=0)) == (39, 39, "this-request", 39, 1.0)
+
+
+def _replica(server: Any, block_size: int) -> ResilientIndex:
+    """What ``open_index`` makes of a single Redis: a channel, writes behind, a local mirror."""
+    primary = RedisIndex(server.client(), block_size=block_size, write_behind=True, read_own_writes=False)
+    return ResilientIndex(primary, MemoryIndex(block_size=block_size))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ops=REF.workload_st,
+    block_size=st.sampled_from([1, 2, 4]),
+    lose=st.sets(st.integers(min_value=0, max_value=60), max_size=3),
+)
+def test_inserts_sent_during_their_lookups_agree_with_reference(
+    redis_server: Any, ops: list[tuple[object, ...]], block_size: int, lose: set[int]
+) -> None:
+    # Every lookup asks for its insert as the engine does (Lookup.then_insert), so the shared insert
+    # goes out while its lookup is on its way wherever the local index settles that lookup
+    # (insert_during_lookup). The answers are still the reference's (lookup, then insert), also when
+    # Redis loses everything between two steps (``lose``): the walk that would see the insert sent
+    # behind it leaves Redis' answer out, and the local index answers.
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
+    with redis_server.client() as c:
+        c.flushall()
+    index = _replica(redis_server, block_size)
+    primary = index.primary
+    assert isinstance(primary, RedisIndex)
+    ref = REF.Reference()
+    now = 0.0
+    for step, op in enumerate(ops):
+        if step in lose:
+            primary.flush()
+            with redis_server.client() as c:
+                c.flushall()
+            primary._stored.clear()  # what it wrote is gone: a write sends every block's bytes again
+        kind = op[0]
+        if kind == "advance":
+            now += float(op[1])  # type: ignore[arg-type]
+        elif kind == "insert":
+            scope, toks = op[1], op[2]
+            assert isinstance(scope, str) and isinstance(toks, list)
+            ref.insert(scope, toks, now, index.insert(scope, toks, now=now))
+        elif kind == "lookup":
+            scope, toks, ttl = op[1], op[2], op[3]
+            assert isinstance(scope, str) and isinstance(toks, list) and isinstance(ttl, int)
+            eid = f"e{step}"
+            (got,) = lookup_many([Lookup(index, scope, toks, ttl, Insert(now, eid, None))], now=now)
+            want = ref.lookup(scope, toks, now, ttl)
+            assert (got.common_prefix_tokens, got.held_prefix_tokens) == (want.live, want.held)
+            if want.held:
+                assert got.entry_id in want.entry_ids and got.age_seconds == want.age
+            if toks:
+                ref.insert(scope, toks, now, eid)
+    assert index.errors_total == 0
+
+
+def test_an_insert_goes_out_while_its_lookup_is_on_its_way(
+    redis_url: str, redis_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A conversation's next turn on a replica: its local index settles the lookup (every block but
+    # the last two held and live), so the shared insert is sent between the lookup's ask and the
+    # read of its reply (while Redis runs the lookup, whose send woke it), and the lookup still
+    # answers as if the insert came after it. The turn after that sees it, on another replica too.
+    from cachewarden.proxy.engine.index import redis_writes
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
+    with redis_server.client() as c:
+        c.flushall()
+    index = _replica(redis_server, 4)
+    other = _index(redis_server, block_size=4)
+    toks = list(range(1, 30))  # 7 full blocks and a partial one: the lookup carries the last two
+    first = index.insert("x", toks[:25], now=0)
+    order: list[str] = []
+    for name in ("ask", "post", "wait"):
+        real = getattr(redis_writes.Channel, name)
+
+        def logged(self: Any, *a: Any, _real: Any = real, _name: str = name) -> Any:
+            order.append(_name)
+            return _real(self, *a)
+
+        monkeypatch.setattr(redis_writes.Channel, name, logged)
+    (got,) = lookup_many([Lookup(index, "x", toks, 0, Insert(1, "turn-2", None))], now=1)
+    assert _t(got) == (25, 25, first, 25, 1.0)
+    assert order == ["ask", "post", "wait"]
+    index.primary.flush()  # type: ignore[attr-defined]
+    assert _t(other.lookup("x", toks, now=2, ttl=0)) == (29, 29, "turn-2", 29, 1.0)
+    # A prompt the local index does not settle (it shares only the first block, so Redis' walk may
+    # need a second round trip): its insert follows the lookup's answer.
+    order.clear()
+    fresh = [*toks[:4], *range(100, 125)]
+    lookup_many([Lookup(index, "x", fresh, 0, Insert(3, "fork", None))], now=3)
+    assert order[-1] == "post" and order.count("post") == 1 and order.count("wait") == 2
+
+
+def test_a_walk_that_an_early_insert_would_mislead_leaves_redis_out(
+    redis_url: str, redis_server: Any
+) -> None:
+    # Redis lost the conversation (a flush, an eviction) while the replica's local index still holds
+    # it: the insert goes out early (the local index settles the lookup), Redis' walk then stops in
+    # the first block and would need a second round trip, which would see that insert: Redis'
+    # answer is left out (counted) and the local one is the answer. The insert itself is made.
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
+    index = _replica(redis_server, 4)
+    primary = index.primary
+    assert isinstance(primary, RedisIndex)
+    toks = list(range(1, 30))
+    first = index.insert("x", toks[:25], now=0)
+    primary.flush()
+    with redis_server.client() as c:
+        c.flushall()
+    primary._stored.clear()
+    (got,) = lookup_many([Lookup(index, "x", toks, 0, Insert(1, "turn-2", None))], now=1)
+    assert _t(got) == (25, 25, first, 25, 1.0)
+    assert primary.early_retracted == 1 and index.errors_total == 0
+    primary.flush()
+    other = _index(redis_server, block_size=4)
+    assert _t(other.lookup("x", toks, now=2, ttl=0)) == (29, 29, "turn-2", 29, 1.0)
+
+
+class _Conn:
+    """The part of a redis-py connection the channel's sends use: its socket, the fallback send."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self.fallback: list[bytes] = []
+        self.disconnected = False
+
+    def send_packed_command(self, items: list[bytes], check_health: bool = True) -> None:
+        self.fallback.append(b"".join(items))
+        self._sock.sendall(b"".join(items))
+
+    def disconnect(self) -> None:
+        self.disconnected = True
+
+
+def test_a_send_larger_than_the_socket_buffer_is_finished_by_redis_py() -> None:
+    # The direct write takes what fits the socket's buffer (a socket with a timeout is non-blocking
+    # underneath); the rest goes through redis-py's send, in order, nothing lost.
+    import socket
+    import threading
+
+    from cachewarden.proxy.engine.index.redis_writes import _send_all
+
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    a.settimeout(2)
+    data = bytes(range(256)) * 4096  # 1 MiB
+    got = bytearray()
+
+    def drain() -> None:
+        while len(got) < len(data):
+            got.extend(b.recv(65536))
+
+    reader = threading.Thread(target=drain)
+    conn = _Conn(a)
+    try:
+        _send_all(conn, b"hello")  # fits: written directly
+        assert conn.fallback == []
+        reader.start()
+        _send_all(conn, data[5:])
+        reader.join(10)
+    finally:
+        a.close()
+        b.close()
+    assert bytes(got) == b"hello" + data[5:]
+    assert len(conn.fallback) == 1 and 0 < len(conn.fallback[0]) < len(data)
+
+
+def test_a_send_on_a_closed_connection_is_redis_pys_connection_error() -> None:
+    import socket
+
+    from cachewarden.proxy.engine.index.redis_writes import _send_all
+
+    a, b = socket.socketpair()
+    a.settimeout(1)
+    b.close()
+    conn = _Conn(a)
+    try:
+        with pytest.raises(redis.ConnectionError, match="while writing to socket"):
+            for _ in range(3):  # the first write may still land in the buffer
+                _send_all(conn, b"x" * 1024)
+    finally:
+        a.close()
+    assert conn.disconnected and conn.fallback == []
+
+
+def test_a_read_with_nothing_waiting_keeps_the_socket_timeout() -> None:
+    # A reply already there is read directly; none there yet: the socket's own wait, with its timeout.
+    import socket
+
+    from cachewarden.proxy.engine.index.redis_writes import _receive
+
+    a, b = socket.socketpair()
+    a.settimeout(0.05)
+    buf = bytearray(16)
+    try:
+        b.sendall(b"+OK\r\n")
+        assert buf[: _receive(a, buf)] == b"+OK\r\n"
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            _receive(a, buf)
+        assert time.monotonic() - started >= 0.04
+        b.close()
+        assert _receive(a, buf) == 0  # closed by the peer: the caller's "connection closed"
+    finally:
+        a.close()

@@ -64,7 +64,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import redis
 
-from .base import NO_MATCH, IndexStats, Lookup, Marks, Match, insert_after
+from .base import NO_MATCH, IndexStats, Insert, Lookup, Marks, Match, insert_after
 from .query import _common_blocks, origin_of
 from .redis_scripts import AROUND, LOOKUP, MARK_WRITE, WRITE, Script
 from .redis_writes import Channel, Command, WriteBehind, argument, bulk
@@ -317,6 +317,8 @@ class RedisIndex:
         # is in flight. ``open_index`` turns that off: its local mirror holds this replica's
         # writes, so the merged answer is the same without them. (A channel needs no wait.)
         self._own = read_own_writes
+        # Walks whose answer was left out, as an insert went behind them (``insert_during_lookup``).
+        self.early_retracted = 0
 
     # -- hashing ------------------------------------------------------------------------------------
 
@@ -632,6 +634,8 @@ class RedisIndex:
         prep = self._prepare(scope, toks)
         members = prep.members
         t = repr(max(_threshold(now, ttl), -1e300))  # Lua's tonumber cannot read "-inf"
+        # Until its first answer, this walk is the one ``insert_during_lookup`` may send behind.
+        self._last.walking, self._last.early = prep, None
         full = n // bs
         # Full blocks are found by their chain digest; the bytes of a block are needed only where
         # the held ones end, which is most often one of the last two.
@@ -651,6 +655,13 @@ class RedisIndex:
                 resp = _resp(LOOKUP, [*prep.packed[ks.start : ks.stop], prep.packed[-1]], args)
             call = Call(LOOKUP, [*keys, prep.values], list(args), None, resp)
             held, value, stop, dead, dead_live, need_stop, need_dead = (yield [call])[0]
+            self._last.walking = None
+            if self._last.early is prep and (need_stop or need_dead or ks.stop < len(members)):
+                # Redis holds less than this replica wrote (lost, evicted, flushed): a further round
+                # trip would see the insert sent behind the lookup. Redis' answer is left out; the
+                # local index, which holds this replica's prompts, answers.
+                self.early_retracted += 1
+                return NO_MATCH
             if held:
                 self._known(digests[s : s + held])
                 last = _Record(value)
@@ -735,6 +746,32 @@ class RedisIndex:
             calls.append(Call(WRITE, [*keys, prep.values], list(args), members[ks.start : ks.stop], resp))
         self._send(calls)
         return eid
+
+    def insert_during_lookup(self, scope: str, tokens: Sequence[int], local: Match, ins: Insert) -> bool:
+        """Sends ``insert`` of the prompt whose lookup this thread has on its way, before that
+        lookup's reply is read, where that is certain to change no answer; returns whether it did
+        (else the caller inserts once the lookup is answered).
+
+        Why: Redis is then still running the lookup, so this send wakes no idle Redis (a send that
+        does costs several times more CPU, on a virtual machine most of a shared analysis' own), and
+        Redis runs it after the lookup, whose reply it never delays once the lookup was read. Only
+        on a channel (the order of one connection), and only when the walk cannot need a second
+        round trip, which would see this insert: ``local`` (the replica's own index, whose prompts
+        all went to Redis too) holds, live, every block but the last ``_GIVEN``, whose bytes the
+        lookup carries. Should Redis hold less after all (lost, evicted, flushed), the walk leaves
+        Redis' answer out (``early_retracted``) and the local one stands."""
+        prep: _Prepared | None = getattr(self._last, "walking", None)
+        if self._chan is None or prep is None or prep.scope != scope or len(prep.toks) != len(tokens):
+            return False
+        n = len(prep.members)
+        settled = max(n - _GIVEN, 0) * self._bs
+        if n > _CHUNK or local.held_prefix_tokens < settled or local.common_prefix_tokens < settled:
+            return False
+        if not (prep.toks is tokens or prep.toks == (tokens if is_frozen(tokens) else tuple(tokens))):
+            return False
+        self.insert(scope, prep.toks, now=ins.now, entry_id=ins.entry_id, ttl=ins.ttl)
+        self._last.early = prep
+        return True
 
     def mark(
         self,

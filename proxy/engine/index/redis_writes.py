@@ -11,6 +11,8 @@ the next call of that index raises it, where ``ResilientIndex`` counts the outag
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import weakref
 from collections import deque
@@ -199,7 +201,7 @@ class Channel:
             try:
                 # One buffer: redis-py sends each item of a list with a sendall of its own.
                 packed = [c if type(c) is bytes else _pack(c) for c in out]  # type: ignore[arg-type]
-                self._conn.send_packed_command([b"".join(packed)], check_health=False)
+                _send_all(self._conn, b"".join(packed))
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 # A dropped connection (a restarted server): one immediate retry on a new one, when
                 # no reply is due on the old one (those would be lost with it).
@@ -263,7 +265,7 @@ class Channel:
             if sock is None:
                 raise redis.ConnectionError("Connection closed.")
             try:
-                n = sock.recv_into(self._buf)
+                n = _receive(sock, self._buf)
             except TimeoutError as exc:  # socket.timeout: the client's socket_timeout
                 raise redis.TimeoutError("Timeout reading from socket") from exc
             except OSError as exc:
@@ -273,6 +275,39 @@ class Channel:
             reader.feed(self._buf, 0, n)
             reply = reader.gets()
         return reply
+
+
+def _send_all(conn: Any, data: bytes) -> None:
+    """``data`` on redis-py's connection. A socket with a timeout is non-blocking underneath and
+    Python polls it before each send, one more system call every time; here a plain socket is
+    written directly first, and a send fits its buffer (all but a stalled Redis'). What does not
+    fit, and any TLS socket, goes through redis-py, whose timeout then applies."""
+    sock = conn._sock
+    if type(sock) is not socket.socket:  # not connected yet (redis-py connects), or TLS
+        conn.send_packed_command([data], check_health=False)
+        return
+    try:
+        sent = os.write(sock.fileno(), data)
+    except BlockingIOError:
+        sent = 0
+    except OSError as exc:  # a reset or closed connection: as redis-py reports it
+        conn.disconnect()
+        raise redis.ConnectionError(f"Error {exc.errno} while writing to socket. {exc.strerror}.") from exc
+    if sent < len(data):
+        conn.send_packed_command([data[sent:]], check_health=False)
+
+
+def _receive(sock: socket.socket, buf: bytearray) -> int:
+    """What the socket has, into ``buf`` (as ``recv_into``): a plain socket is read directly when it
+    has a reply waiting (most often: the analysis worked while Redis answered), skipping the poll
+    Python makes first on a socket with a timeout; when nothing is there yet, ``recv_into`` waits
+    with that timeout."""
+    if type(sock) is socket.socket:
+        try:
+            return os.readv(sock.fileno(), [buf])
+        except BlockingIOError:
+            pass
+    return sock.recv_into(buf)
 
 
 def _error(message: str) -> redis.ResponseError:

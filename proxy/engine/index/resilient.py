@@ -66,6 +66,18 @@ def _ask(queries: Sequence[Lookup], now: float, meanwhile: Callable[[], None]) -
     return lookup_many(queries, now=now)
 
 
+def _sent_early(write: tuple[int, ResilientIndex, Lookup], local: Match | None) -> bool:
+    """Whether the shared insert of ``write`` went out while its lookup is on its way
+    (``RedisIndex.insert_during_lookup``, told the local answer); a failure is an outage, as after."""
+    _, index, w = write
+    early = getattr(w.index, "insert_during_lookup", None)
+    ins = w.then_insert
+    if early is None or ins is None or local is None or not index.healthy:
+        return False
+    ok, sent = index._call("insert", functools.partial(early, w.scope, w.tokens, local, ins))
+    return not ok or bool(sent)
+
+
 class ResilientIndex:
     """Shared primary, local fallback; see the module doc. Thread-safe if both indexes are."""
 
@@ -150,7 +162,7 @@ class ResilientIndex:
         asked: list[tuple[int, ResilientIndex]] = []
         shared: list[Lookup] = []
         local: list[Lookup] = []  # one per query, in order: what answers it here
-        writes: list[tuple[ResilientIndex, Lookup]] = []  # shared inserts, once the lookups are answered
+        writes: list[tuple[int, ResilientIndex, Lookup]] = []  # shared inserts, once the lookups are answered
         for i, q in enumerate(queries):
             index = q.index
             if not isinstance(index, ResilientIndex):
@@ -159,19 +171,22 @@ class ResilientIndex:
             toks = as_tokens(q.tokens)
             local.append(Lookup(index.fallback, q.scope, toks, q.ttl, q.then_insert))
             if q.then_insert is not None:
-                writes.append((index, Lookup(index.primary, q.scope, toks, q.ttl, q.then_insert)))
+                writes.append((i, index, Lookup(index.primary, q.scope, toks, q.ttl, q.then_insert)))
             if index._due():
                 asked.append((i, index))
                 shared.append(Lookup(index.primary, q.scope, toks, q.ttl))
         pending = True
 
         def answer_locally() -> None:
-            # The local lookups, then the local inserts: both while the shared index works.
+            # The local lookups, then the shared inserts that can go before the lookups' answers,
+            # then the local inserts: all while the shared index works.
             nonlocal pending
             if pending:
                 pending = False
                 for i, q in enumerate(local):
                     out[i] = q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
+                if shared:
+                    writes[:] = [w for w in writes if not _sent_early(w, out[w[0]])]
                 insert_after(local)
 
         if shared:
@@ -187,7 +202,7 @@ class ResilientIndex:
                     mine = out[i]
                     out[i] = match if mine is None else _better(match, mine)
         answer_locally()
-        for index, w in writes:
+        for _, index, w in writes:
             index._call("insert", functools.partial(insert_after, [w]))
         return [m if m is not None else NO_MATCH for m in out]
 
