@@ -629,13 +629,14 @@ class RedisIndex:
         """A lookup as a generator: yields the script calls of each round trip, gets their answers."""
         toks = as_tokens(tokens)
         n, bs = len(toks), self._bs
+        self._last.walking = self._last.early = None
         if not n:
             return NO_MATCH
         prep = self._prepare(scope, toks)
         members = prep.members
         t = repr(max(_threshold(now, ttl), -1e300))  # Lua's tonumber cannot read "-inf"
         # Until its first answer, this walk is the one ``insert_during_lookup`` may send behind.
-        self._last.walking, self._last.early = prep, None
+        self._last.walking = prep
         full = n // bs
         # Full blocks are found by their chain digest; the bytes of a block are needed only where
         # the held ones end, which is most often one of the last two.

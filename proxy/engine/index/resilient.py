@@ -178,15 +178,17 @@ class ResilientIndex:
         pending = True
 
         def answer_locally() -> None:
-            # The local lookups, then the shared inserts that can go before the lookups' answers,
-            # then the local inserts: all while the shared index works.
+            # The local lookups, then the local inserts: all while the shared index works. The shared
+            # insert of a query that can go before its lookup's answer goes right after that query's
+            # local lookup, while Redis is most likely still on the lookup (see _sent_early).
             nonlocal pending
             if pending:
                 pending = False
+                early = {w[0]: w for w in writes} if shared else {}
                 for i, q in enumerate(local):
                     out[i] = q.index.lookup(q.scope, q.tokens, now=now, ttl=q.ttl)
-                if shared:
-                    writes[:] = [w for w in writes if not _sent_early(w, out[w[0]])]
+                    if i in early and _sent_early(early[i], out[i]):
+                        writes.remove(early[i])
                 insert_after(local)
 
         if shared:
