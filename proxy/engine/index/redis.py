@@ -33,7 +33,9 @@ Round trips: a lookup and an insert are one script call each (per 512 blocks), a
 two lookups share one (``lookup_many``). With ``write_behind`` (what ``open_index`` uses)
 inserts and marks are sent at once on a connection the indexes of the process on one Redis
 share, their replies read later; a lookup follows them on that connection, so it reads them
-without waiting for them (redis_writes.py; on a Redis Cluster a thread sends them). Time: correctness
+without waiting for them (redis_writes.py; on a Redis Cluster a thread sends them). Behind a local
+mirror, a prompt's insert may even go out while its own lookup is still in Redis
+(``insert_during_lookup``, where the mirror proves the walk needs no second round trip). Time: correctness
 comes from the stored ``last_seen`` compared with the caller's ``now``; Redis key expiry is garbage
 collection only: each write sets the key's expiry to the scope's TTL plus
 ``expired_window_seconds`` (so that a request after the TTL is told ``expired`` rather than
