@@ -348,24 +348,23 @@ class RedisIndex:
     def _groups(
         self,
         node: bytes,
-        block: Sequence[int],
+        part: Sequence[int],
         encoded: tuple[bytes, Sequence[int]] | None = None,
         start: int = 0,
     ) -> bytes:
-        """The member bytes of ``block`` under ``node`` (4 a token, high bit set on the first), or of
-        its tokens from ``start`` on: bytes are mixed token by token, so a block's member is the
-        member of a prefix of it followed by the rest's. ``encoded``: the block's ``_encode``, made
-        here if a token is not in the memo."""
-        part = block[start:]
+        """The member bytes of the tokens ``part``, from position ``start`` on of a block under
+        ``node`` (4 a token, high bit set on the first of each): bytes are mixed token by token, so
+        a block's member is the member of a prefix of it followed by the rest's, and a partial block
+        that extends an earlier one costs its new tokens. ``encoded``: ``_encode(part)``, made here
+        if a token is not in the memo."""
         parts = list(map(self._memo.get, part))  # in C: most tokens are known
         try:
             raw = b"".join(parts)  # type: ignore[arg-type]
         except TypeError:  # a token not in the memo (None)
-            data, offsets = encoded if encoded is not None else _encode(block)
+            data, offsets = encoded if encoded is not None else _encode(part)
             for i, got in enumerate(parts):
                 if got is None:
-                    t = start + i
-                    parts[i] = self._token(block[t], data[offsets[t] : offsets[t + 1]])
+                    parts[i] = self._token(part[i], data[offsets[i] : offsets[i + 1]])
             raw = b"".join(parts)  # type: ignore[arg-type]
         size = len(raw)
         at = start * _GROUP
@@ -444,12 +443,12 @@ class RedisIndex:
             chain.append(got[0])
             members.append(got[1])
         if n > full * bs:
-            block = tuple(key[full * bs :])
             kept = 0  # tokens of the earlier prompt's partial block this one starts with
             if earlier is not None and shared == full and len(earlier.members) > full:
                 kept = _common_tokens(key, earlier.toks, full * bs, same) - full * bs
             head = earlier.members[full][: kept * _GROUP] if earlier is not None and kept else b""
-            members.append(head + self._groups(chain[full], block, start=kept))
+            # Only the tokens past those (a frozen sequence's slice is a tuple).
+            members.append(head + self._groups(chain[full], key[full * bs + kept :], start=kept))
         if fresh:
             with self._blocks_lock:
                 cache.update(fresh)
