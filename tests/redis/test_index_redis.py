@@ -47,12 +47,24 @@ def _index(server: Any, **kw: Any) -> RedisIndex:
     return RedisIndex(server.client(), **kw)
 
 
-def _agrees(index: PrefixIndex, ops: list[tuple[object, ...]]) -> None:
-    """The exact branch of tests/engine/test_index.py's ``_run``, for any backend."""
+def _agrees(
+    index: PrefixIndex,
+    ops: list[tuple[object, ...]],
+    *,
+    joint: bool = False,
+    before: Callable[[int], None] | None = None,
+) -> None:
+    """The exact branch of tests/engine/test_index.py's ``_run``, for any backend. ``joint``: every
+    lookup asks for its insert as the engine does (``Lookup.then_insert``), which the reference
+    makes after the lookup; ``before(step)`` runs before each step."""
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
     ref = REF.Reference()
     now = 0.0
     inserted: dict[str, list[list[int]]] = {s: [] for s in REF.SCOPES}
-    for op in ops:
+    for step, op in enumerate(ops):
+        if before is not None:
+            before(step)
         kind = op[0]
         if kind == "advance":
             now += float(op[1])  # type: ignore[arg-type]
@@ -66,7 +78,11 @@ def _agrees(index: PrefixIndex, ops: list[tuple[object, ...]]) -> None:
         elif kind == "lookup":
             scope, toks, ttl = op[1], op[2], op[3]
             assert isinstance(scope, str) and isinstance(toks, list) and isinstance(ttl, int)
-            got = index.lookup(scope, toks, now=now, ttl=ttl)
+            then = Insert(now, f"e{step}", None) if joint else None
+            if then is None:
+                got = index.lookup(scope, toks, now=now, ttl=ttl)
+            else:
+                (got,) = lookup_many([Lookup(index, scope, toks, ttl, then)], now=now)
             want = ref.lookup(scope, toks, now, ttl)
             assert (got.common_prefix_tokens, got.held_prefix_tokens) == (want.live, want.held)
             if want.held:
@@ -75,6 +91,9 @@ def _agrees(index: PrefixIndex, ops: list[tuple[object, ...]]) -> None:
                 assert got.age_seconds == want.age
             else:
                 assert (got.entry_id, got.entry_tokens, got.age_seconds) == (None, 0, None)
+            if then is not None and toks:
+                ref.insert(scope, toks, now, then.entry_id)
+                inserted[scope].append(toks)
         elif kind == "mark":
             scope, pick, positions = op[1], op[2], op[3]
             assert isinstance(scope, str) and isinstance(pick, int) and isinstance(positions, list)
@@ -709,39 +728,20 @@ def test_inserts_sent_during_their_lookups_agree_with_reference(
     # (insert_during_lookup). The answers are still the reference's (lookup, then insert), also when
     # Redis loses everything between two steps (``lose``): the walk that would see the insert sent
     # behind it leaves Redis' answer out, and the local index answers.
-    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
-
     with redis_server.client() as c:
         c.flushall()
     index = _replica(redis_server, block_size)
     primary = index.primary
     assert isinstance(primary, RedisIndex)
-    ref = REF.Reference()
-    now = 0.0
-    for step, op in enumerate(ops):
+
+    def lose_redis(step: int) -> None:
         if step in lose:
             primary.flush()
             with redis_server.client() as c:
                 c.flushall()
             primary._stored.clear()  # what it wrote is gone: a write sends every block's bytes again
-        kind = op[0]
-        if kind == "advance":
-            now += float(op[1])  # type: ignore[arg-type]
-        elif kind == "insert":
-            scope, toks = op[1], op[2]
-            assert isinstance(scope, str) and isinstance(toks, list)
-            ref.insert(scope, toks, now, index.insert(scope, toks, now=now))
-        elif kind == "lookup":
-            scope, toks, ttl = op[1], op[2], op[3]
-            assert isinstance(scope, str) and isinstance(toks, list) and isinstance(ttl, int)
-            eid = f"e{step}"
-            (got,) = lookup_many([Lookup(index, scope, toks, ttl, Insert(now, eid, None))], now=now)
-            want = ref.lookup(scope, toks, now, ttl)
-            assert (got.common_prefix_tokens, got.held_prefix_tokens) == (want.live, want.held)
-            if want.held:
-                assert got.entry_id in want.entry_ids and got.age_seconds == want.age
-            if toks:
-                ref.insert(scope, toks, now, eid)
+
+    _agrees(index, ops, joint=True, before=lose_redis)
     assert index.errors_total == 0
 
 
