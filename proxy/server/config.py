@@ -22,7 +22,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, NoReturn, cast
+from typing import Any, Literal, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit
 
 import yaml
@@ -33,6 +33,7 @@ Mode = Literal["observe", "canonicalize", "optimize"]
 MODES: tuple[Mode, ...] = ("observe", "canonicalize", "optimize")
 UpstreamClient = Literal["auto", "aiohttp", "httpx"]
 UPSTREAM_CLIENTS: tuple[UpstreamClient, ...] = ("auto", "aiohttp", "httpx")
+_Choice = TypeVar("_Choice", bound=str)
 ENV_PREFIX = "CACHEWARDEN_"
 # Path prefixes the proxy serves itself or routes by provider: a named upstream must not shadow them.
 _RESERVED_NAMES = frozenset({"v1", "metrics", "healthz", "readyz"})
@@ -170,16 +171,15 @@ def parse_seconds(name: str, value: object) -> float:
     return seconds
 
 
-def parse_mode(name: str, value: object) -> Mode:
-    if value not in MODES:
-        _fail(name, value, f"expected one of {', '.join(MODES)}")
-    return value
+def one_of(choices: tuple[_Choice, ...]) -> Callable[[str, object], _Choice]:
+    """The parser of a setting that takes one of ``choices`` (--mode, --upstream-client)."""
 
+    def parse(name: str, value: object) -> _Choice:
+        if value not in choices:
+            _fail(name, value, f"expected one of {', '.join(choices)}")
+        return choices[choices.index(value)]
 
-def parse_upstream_client(name: str, value: object) -> UpstreamClient:
-    if value not in UPSTREAM_CLIENTS:
-        _fail(name, value, f"expected one of {', '.join(UPSTREAM_CLIENTS)}")
-    return value
+    return parse
 
 
 def parse_text(name: str, value: object) -> str:
@@ -271,14 +271,14 @@ def parse_names(name: str, value: object) -> tuple[str, ...]:
 _PARSERS: dict[str, Callable[[str, object], object]] = {
     "host": parse_text,
     "port": parse_port,
-    "mode": parse_mode,
+    "mode": one_of(MODES),
     "openai_upstream": parse_url,
     "anthropic_upstream": parse_url,
     "upstreams": parse_upstreams,
     "max_body_bytes": parse_size,
     "upstream_timeout": parse_seconds,
     "connect_timeout": parse_seconds,
-    "upstream_client": parse_upstream_client,
+    "upstream_client": one_of(UPSTREAM_CLIENTS),
     "tenant_header": parse_header,
     "session_header": parse_header,
     "unsafe_transforms": parse_transforms,
