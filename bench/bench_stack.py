@@ -116,6 +116,15 @@ def cachewarden_argv(port: int, upstream: Server, path: str, backlog: int | None
     return argv + (["--analysis-processes=false"] if path == "cachewarden-threads" else [])
 
 
+def same_client(path: str) -> str | None:
+    """The bare pass-through on the upstream client ``path`` uses (its "fwd vs same"): aiohttp for
+    cachewarden's default and the aiohttp transports, httpx's for the rest; None for nginx-hop."""
+    if path == HOP:
+        return None
+    on_aiohttp = path.endswith("+aiohttp") or path in ("cachewarden", "cachewarden-threads")
+    return SAME_CLIENT if on_aiohttp else BASELINE
+
+
 def counted(owner: Server, name: str) -> float:
     """A cachewarden metric's total (every label), read from its /metrics."""
     text = httpx.get(owner.url + "/metrics", timeout=10).text
@@ -261,9 +270,9 @@ def sweep(
                     )
                     cells = [f"{a50:.2f}", f"{a99:.2f}", f"{cpu_ms:.2f}", f"{fwd_ms:.2f}"]
                     cells += [f"{cpu_ms / base_cpu:.2f}x", f"{fwd_ms / base_fwd:.2f}x"]
-                    # Against the bare pass-through on the same upstream client, where it ran.
-                    same = SAME_CLIENT if name in (SAME_CLIENT, "cachewarden") else BASELINE
-                    cells.append(f"{fwd_ms / results[same][2]:.2f}x" if same in results else "-")
+                    same = same_client(name)
+                    same_fwd = results[same][2] if same is not None and same in results else None
+                    cells.append(f"{fwd_ms / same_fwd:.2f}x" if same_fwd else "-")
                     cells.append(f"{a50 / base_a50:.2f}x" if base_a50 > 0 else "-")
                     cells.append(f"{pct(sample.total, 99) / base_p99:.2f}x")
                     proxy = name in PROXIES
@@ -277,7 +286,8 @@ def sweep(
             nginx.stop()
     print("(milliseconds; +pXX = added over the direct path's percentile at the same concurrency;")
     print(" fwd vs same: the forwarding process against the bare pass-through on the same upstream")
-    print(" client, uvicorn-h11+aiohttp for cachewarden's default, the baseline for the others;")
+    print(" client: uvicorn-h11+aiohttp for cachewarden and cachewarden-threads (both on aiohttp), the")
+    print(" baseline for cachewarden-httpx; nginx-hop has none;")
     print(" dropped: requests whose analysis was dropped so far, cumulative over the levels)")
     return 0
 
