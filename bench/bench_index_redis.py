@@ -27,7 +27,10 @@ machine others load, either way is noisy: a pinned bench cannot leave a busy cor
 
 Run: ``python bench/bench_index_redis.py`` (``--repeat 3``: the engine rows three times, then
 their ranges, each run's load average beside it) — prints a table; skips (exit 0) without
-redis-server or the redis package. About 30 s on 2 cores, ~15 s more per repeat.
+redis-server or the redis package. About 30 s on 2 cores, ~15 s more per repeat. ``--shipped
+--rounds 30 --repeat 2``: only memory and what the proxy ships, over more conversations (~10 s):
+run it on two versions of the code one after the other to tell them apart (the ratio moves with
+the machine's load from one sitting to the next more than a small change moves it).
 """
 
 from __future__ import annotations
@@ -189,8 +192,10 @@ def layout_row(url: str) -> tuple[int, float]:
 ROUNDS = 7  # conversations per backend, taken in turns (see engine_rows)
 
 
-def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tuple[float, float, float]]:
-    """``Engine.analyse`` per request: a 60-turn conversation, ``ROUNDS`` times per backend, each
+def engine_rows(
+    backends: dict[str, Callable[[], PrefixIndex]], rounds: int = ROUNDS
+) -> dict[str, tuple[float, float, float]]:
+    """``Engine.analyse`` per request: a 60-turn conversation, ``rounds`` times per backend, each
     body read as the proxy reads it (``ConversationReader``: parsed from where it extends the
     tenant's previous body, so the counter resumes the previous stream; only ``analyse`` is timed).
     The backends take turns conversation by conversation (in a rotating order), so that a load
@@ -219,7 +224,7 @@ def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tup
     samples: dict[str, list[float]] = {name: [] for name in backends}
     cpu: dict[str, list[float]] = {name: [] for name in backends}
     names = list(backends)
-    for r in range(ROUNDS):
+    for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             engine, reader = engines[name]
             for turn, raw in enumerate(bodies):
@@ -236,6 +241,23 @@ def engine_rows(backends: dict[str, Callable[[], PrefixIndex]]) -> dict[str, tup
     }
 
 
+def index_rows(backends: dict[str, Callable[[], PrefixIndex]], url: str) -> None:
+    """Lookup and insert latency of each backend, and the Redis layout's records and memory."""
+    rows = {name: _index_row(make()) for name, make in backends.items()}
+    print(f"prefix index, {PROMPT:,}-token prompt sharing {SHARED:,}; {CALLS} calls; µs")
+    head = ("lookup p50", "p99", "insert warm p50", "p99", "insert cold p50", "p99")
+    print(f"{'backend':<22}" + "".join(f"{h:>16}" for h in head) + f"{'lookup ×mem':>13}")
+    base = rows["memory"][0]
+    for name, row in rows.items():
+        print(f"{name:<22}" + "".join(f"{v * 1e6:>16.0f}" for v in row) + f"{row[0] / base:>13.1f}")
+    records, mib = layout_row(url)
+    print(
+        f"\nRedis layout: {records} records for one {PROMPT:,}-token insert "
+        f"({PROMPT / records:.0f} tokens "
+        f"a record); {mib:.1f} MiB of Redis memory per million tokens held"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
@@ -243,6 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--repeat", type=int, default=1, metavar="N", help="the engine rows N times, then their ranges"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, metavar="N", help=f"conversations a backend (default {ROUNDS})"
+    )
+    parser.add_argument(
+        "--shipped",
+        action="store_true",
+        help="only the engine rows of memory and of what the proxy ships (redis+local): the quick "
+        "figure to compare two versions of the code by, run after one another",
     )
     opts = parser.parse_args(argv)
     if shutil.which("redis-server") is None:
@@ -264,26 +295,17 @@ def main(argv: list[str] | None = None) -> int:
             "redis, writes behind": lambda: RedisIndex(redis.Redis.from_url(url), write_behind=True),
             "redis+local": lambda: open_index(url),
         }
-        rows = {name: _index_row(make()) for name, make in backends.items()}
-        print(f"prefix index, {PROMPT:,}-token prompt sharing {SHARED:,}; {CALLS} calls; µs")
-        head = ("lookup p50", "p99", "insert warm p50", "p99", "insert cold p50", "p99")
-        print(f"{'backend':<22}" + "".join(f"{h:>16}" for h in head) + f"{'lookup ×mem':>13}")
-        base = rows["memory"][0]
-        for name, row in rows.items():
-            print(f"{name:<22}" + "".join(f"{v * 1e6:>16.0f}" for v in row) + f"{row[0] / base:>13.1f}")
-        records, mib = layout_row(url)
-        print(
-            f"\nRedis layout: {records} records for one {PROMPT:,}-token insert "
-            f"({PROMPT / records:.0f} tokens "
-            f"a record); {mib:.1f} MiB of Redis memory per million tokens held"
-        )
+        if opts.shipped:
+            backends = {name: backends[name] for name in ("memory", "redis+local")}
+        else:
+            index_rows(backends, url)
         ratios: dict[str, list[tuple[float, float, float]]] = {}
         for _ in range(max(opts.repeat, 1)):
             print(
-                f"\nengine.analyse per request (OpenAI chat, a turn a request, {ROUNDS} conversations "
+                f"\nengine.analyse per request (OpenAI chat, a turn a request, {opts.rounds} conversations "
                 f"each), ms; load average {os.getloadavg()[0]:.2f} before"
             )
-            erows = engine_rows(backends)
+            erows = engine_rows(backends, opts.rounds)
             ebase, _, cbase = next(iter(erows.values()))
             load = os.getloadavg()[0]
             for name, (p50, p99, c50) in erows.items():
