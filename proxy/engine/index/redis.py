@@ -198,12 +198,12 @@ def _command(call: Call) -> Command:
 _HEADS = {script: b"$7\r\nEVALSHA\r\n" + bulk(script.sha.encode()) for script in _SCRIPTS}
 
 
-def _resp(script: Script, keys: Sequence[bytes], args: Sequence[bytes | str | int]) -> bytes:
-    """An EVALSHA in RESP from its keys already packed (``bulk``): what ``_pack`` makes of the
-    command, without packing the keys again on every call (most of a call's arguments)."""
-    n = len(keys)
+def _resp(script: Script, keys: bytes, n: int, args: Sequence[bytes | str | int | float]) -> bytes:
+    """An EVALSHA in RESP from its ``n`` keys already packed (``bulk``) and joined: what ``_pack``
+    makes of the command, without packing the keys again on every call (most of a call's
+    arguments; a prompt's lookup and insert send the same ones)."""
     return b"".join(
-        [b"*%d\r\n" % (3 + n + len(args)), _HEADS[script], bulk(b"%d" % n), *keys, *map(argument, args)]
+        [b"*%d\r\n" % (3 + n + len(args)), _HEADS[script], bulk(b"%d" % n), keys, *map(argument, args)]
     )
 
 
@@ -233,6 +233,14 @@ class _Prepared(NamedTuple):
     values: bytes  # the key of the scope's values hash (full blocks' values by digest)
     packed: list[bytes]  # the nodes' keys, then the values hash's, in RESP (``bulk``)
     digests: list[bytes]  # the 8-byte digest of each full block (its values field)
+    keys: bytes  # ``packed`` joined, when the prompt's calls are one call each (else empty)
+
+    def keys_of(self, ks: range) -> tuple[bytes, int]:
+        """The packed keys of the call over blocks ``ks`` (their nodes, then the values hash), and
+        how many."""
+        if self.keys and len(ks) == len(self.members):
+            return self.keys, len(self.packed)
+        return b"".join([*self.packed[ks.start : ks.stop], self.packed[-1]]), len(ks) + 1
 
 
 def _found(
@@ -289,6 +297,7 @@ class RedisIndex:
         self._sweep = max(sweep_fields, 0)
         self._scan = max(scan_limit, 1)
         self._memo: dict[int | bytes, bytes] = {}
+        self._retention: dict[float | None, tuple[int, str]] = {}
         self._masks: dict[int, int] = {}
         # (parent digest, a few tokens) -> (chain digest, member bytes, tokens) of a full block: a
         # conversation's next turn re-sends the same blocks, so each is encoded and hashed once and
@@ -442,6 +451,11 @@ class RedisIndex:
                 fresh.append((step, got))
             chain.append(got[0])
             members.append(got[1])
+        # The same full blocks as the earlier prompt, and a partial block after them as it had (a
+        # conversation's turn that filled no block): every list but the members is the earlier's.
+        alike = (
+            earlier is not None and shared == full and len(earlier.members) == full + 1 == len(earlier.chain)
+        )
         if n > full * bs:
             kept = 0  # tokens of the earlier prompt's partial block this one starts with
             if earlier is not None and shared == full and len(earlier.members) > full:
@@ -449,17 +463,24 @@ class RedisIndex:
             head = earlier.members[full][: kept * _GROUP] if earlier is not None and kept else b""
             # Only the tokens past those (a frozen sequence's slice is a tuple).
             members.append(head + self._groups(chain[full], key[full * bs + kept :], start=kept))
+        else:
+            alike = False
         if fresh:
             with self._blocks_lock:
                 cache.update(fresh)
                 _trim(cache, _BLOCK_CACHE)
-        tag = b"%s:{%s}:" % (self._ns, root.hex().encode())
-        new = [tag + b"n:" + chain[k] for k in range(len(nodes), len(members))]
-        nodes.extend(new)
-        packed.extend(map(bulk, new))
-        packed.append(bulk(tag + b"v"))
-        digests.extend(c[:_FIELD] for c in chain[shared + 1 : full + 1])
-        prepared = _Prepared(scope, key, root, chain, members, nodes, tag + b"v", packed, digests)
+        if alike:
+            assert earlier is not None
+            prepared = earlier._replace(toks=key, members=members)
+        else:
+            tag = b"%s:{%s}:" % (self._ns, root.hex().encode())
+            new = [tag + b"n:" + chain[k] for k in range(len(nodes), len(members))]
+            nodes.extend(new)
+            packed.extend(map(bulk, new))
+            packed.append(bulk(tag + b"v"))
+            digests.extend(c[:_FIELD] for c in chain[shared + 1 : full + 1])
+            joined = b"".join(packed) if len(members) <= _CHUNK else b""
+            prepared = _Prepared(scope, key, root, chain, members, nodes, tag + b"v", packed, digests, joined)
         self._last.value = prepared
         with self._blocks_lock:
             self._scopes[scope] = prepared
@@ -480,7 +501,7 @@ class RedisIndex:
         stored = self._stored
         # Most often all of them are known already (a conversation's turns walk and write the same
         # blocks): a read-only pass, no lock.
-        if all(d in stored for d in digests):
+        if all(map(stored.__contains__, digests)):
             return
         with self._blocks_lock:
             stored.update(dict.fromkeys(digests))
@@ -502,10 +523,16 @@ class RedisIndex:
     def _key_of(self, root: bytes, kind: bytes, node: bytes) -> bytes:
         return b"%s:{%s}:%s:%s" % (self._ns, root.hex().encode(), kind, node)
 
-    def _retention_ms(self, ttl: float | None) -> tuple[int, float]:
-        keep = self._max_age if ttl is None or ttl <= 0 else min(self._max_age, ttl + self._window)
-        keep = max(keep, 0.001)
-        return max(1, math.ceil(keep * 1000)), keep
+    def _retention_ms(self, ttl: float | None) -> tuple[int, str]:
+        """Key expiry for a scope of TTL ``ttl``: in ms, and in seconds as a script reads it."""
+        got = self._retention.get(ttl)
+        if got is None:
+            keep = self._max_age if ttl is None or ttl <= 0 else min(self._max_age, ttl + self._window)
+            keep = max(keep, 0.001)
+            got = max(1, math.ceil(keep * 1000)), repr(keep)
+            if len(self._retention) < 64:  # a handful of TTL classes; any number works, unkept
+                self._retention[ttl] = got
+        return got
 
     # -- Redis calls --------------------------------------------------------------------------------
 
@@ -643,7 +670,7 @@ class RedisIndex:
         # the held ones end, which is most often one of the last two.
         digests = prep.digests
         walked = 0  # full blocks held
-        last: _Record | None = None  # the value of the last one
+        last: bytes | None = None  # the value of the last one (read only if it is the answer's)
         stop: list[Any] | None = None
         live: int | None = None  # tokens of the live prefix, once known
         for s in range(0, len(members), _CHUNK):
@@ -651,11 +678,11 @@ class RedisIndex:
             keys = prep.nodes[ks.start : ks.stop]
             given = members[max(ks.start, ks.stop - _GIVEN) : ks.stop]
             blob = b"".join(digests[ks.start : min(ks.stop, full)])
-            args: list[bytes | str | int] = [t, self._scan, len(given), blob, *given]
+            args: list[bytes | str | int | float] = [t, self._scan, len(given), blob, *given]
             resp = None
             if self._chan is not None:
-                resp = _resp(LOOKUP, [*prep.packed[ks.start : ks.stop], prep.packed[-1]], args)
-            call = Call(LOOKUP, [*keys, prep.values], list(args), None, resp)
+                resp = _resp(LOOKUP, *prep.keys_of(ks), args)
+            call = Call(LOOKUP, [*keys, prep.values], args, None, resp)
             held, value, stop, dead, dead_live, need_stop, need_dead = (yield [call])[0]
             self._last.walking = None
             if self._last.early is prep and (need_stop or need_dead or ks.stop < len(members)):
@@ -666,7 +693,7 @@ class RedisIndex:
                 return NO_MATCH
             if held:
                 self._known(digests[s : s + held])
-                last = _Record(value)
+                last = value
             walked += held
             stop_at = walked
             asks: list[Call] = []
@@ -691,18 +718,19 @@ class RedisIndex:
         if stop:
             held_ext = int(stop[0])
             if held_ext:
-                best = _Record(stop[1])
+                best = stop[1]
             if live is None:
                 live = walked * bs + int(stop[2])
         held = walked * bs + held_ext
         if held == 0 or best is None:
             return NO_MATCH
+        record = _Record(best)
         return Match(
             common_prefix_tokens=held if live is None else live,
             held_prefix_tokens=held,
-            entry_id=best.entry_id,
-            entry_tokens=best.tokens,
-            age_seconds=now - best.last_seen,
+            entry_id=record.entry_id,
+            entry_tokens=record.tokens,
+            age_seconds=now - record.last_seen,
         )
 
     def insert(
@@ -725,29 +753,37 @@ class RedisIndex:
             raise ValueError("an entry id holds no NUL character (it ends a record in Redis)")
         if not math.isfinite(now):
             raise ValueError(f"now must be a finite time (got {now!r})")
-        prep = self._prepare(scope, toks)
+        self._send(self._writes_of(self._prepare(scope, toks), now, eid, ttl))
+        return eid
+
+    def _writes_of(self, prep: _Prepared, now: float, eid: str, ttl: float | None) -> list[Call]:
+        """The WRITE calls that store ``prep`` (one per ``_CHUNK`` blocks)."""
         members, digests = prep.members, prep.digests
         px, keep = self._retention_ms(ttl)
-        value = b"%s %d %s" % (repr(now).encode(), len(toks), eid.encode())
-        head: list[bytes | str | int] = [value, repr(now), px, repr(keep), self._sweep]
+        at = repr(now)
+        value = b"%s %d %s" % (at.encode(), len(prep.toks), eid.encode())
+        head: list[bytes | str | int] = [value, at, px, keep, self._sweep]
         calls: list[Call] = []
         full = len(digests)
-        stored = self._stored
         # The bytes of a full block already in Redis are left out: a turn of a conversation then
         # sends (and Redis rewrites) a digest and a value per block, not 2 KiB.
-        sent = [m if k >= full or digests[k] not in stored else b"" for k, m in enumerate(members)]
+        if all(map(self._stored.__contains__, digests)):  # most often: a check in C
+            sent = [b""] * full + members[full:]
+        else:
+            stored = self._stored
+            sent = [m if k >= full or digests[k] not in stored else b"" for k, m in enumerate(members)]
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
-            keys = prep.nodes[ks.start : ks.stop]
             blob = b"".join(digests[ks.start : min(ks.stop, full)])
-            mask = bytes([_GIVEN_MASK if sent[k] else _LEFT_MASK for k in ks])
-            args = [*head, blob, mask, *(sent[k] for k in ks if sent[k])]
+            part = sent[ks.start : ks.stop]
+            mask = bytes([_GIVEN_MASK if m else _LEFT_MASK for m in part])
+            args: list[bytes | str | int | float] = [*head, blob, mask, *filter(None, part)]
             resp = None
             if self._chan is not None:
-                resp = _resp(WRITE, [*prep.packed[ks.start : ks.stop], prep.packed[-1]], args)
-            calls.append(Call(WRITE, [*keys, prep.values], list(args), members[ks.start : ks.stop], resp))
-        self._send(calls)
-        return eid
+                resp = _resp(WRITE, *prep.keys_of(ks), args)
+            keys = [*prep.nodes[ks.start : ks.stop], prep.values]
+            calls.append(Call(WRITE, keys, args, members[ks.start : ks.stop], resp))
+        return calls
 
     def insert_during_lookup(self, scope: str, tokens: Sequence[int], local: Match, ins: Insert) -> bool:
         """Sends ``insert`` of the prompt whose lookup this thread has on its way, before that
@@ -771,7 +807,9 @@ class RedisIndex:
             return False
         if not (prep.toks is tokens or prep.toks == (tokens if is_frozen(tokens) else tuple(tokens))):
             return False
-        self.insert(scope, prep.toks, now=ins.now, entry_id=ins.entry_id, ttl=ins.ttl)
+        if "\x00" in ins.entry_id or not math.isfinite(ins.now):
+            return False  # ``insert`` raises it, after the lookup
+        self._send(self._writes_of(prep, ins.now, ins.entry_id, ins.ttl))
         self._last.early = prep
         return True
 
