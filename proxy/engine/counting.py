@@ -369,6 +369,8 @@ class PromptCounter:
                     tokens.extend([SEP] * (framing.per_message - 2))
                     if role == "assistant":
                         tokens.extend([PAD] * framing.assistant_extra)
+                        if i > 0 and segs[i - 1].kind == "tool_result":
+                            tokens.extend([PAD] * framing.resumes_after_result)
                 after = -1 if merged else 0  # a framing correction below zero, applied after the content
                 if seg.kind == "tool_use" and not merged:
                     # The adapter's text is "name\narguments": name and arguments are in the content.
@@ -392,7 +394,8 @@ class PromptCounter:
         # Reply priming belongs to no segment: it follows the last span, so a breakpoint on the last
         # block of this request ends where the same block ends inside a longer, later request.
         content_end = len(tokens)
-        tokens.extend(_reply(framing.reply))
+        resumes = bool(segs) and segs[-1].kind == "tool_result"
+        tokens.extend(_reply(framing.reply + (framing.resumes_after_result if resumes else 0)))
         if prompt.forced_function is not None and framing.forced_call is not None:
             primed = legacy_calls(framing) if shape.legacy_functions else framing
             tokens.extend(self._recipient(tok, primed, prompt.forced_function))

@@ -1,7 +1,8 @@
 """Counting checked against the second held-out source: public projects' VCR cassettes.
 
-The cassettes are third-party data, unpacked under /tmp/acc4/raw as ``OWNER+NAME/PATH`` (or the
-directory in ``CACHEWARDEN_CASSETTES``; /tmp/acc4/PLAN.md names the repositories and commits). They
+The cassettes are third-party data, unpacked as ``OWNER+NAME/PATH`` under /tmp/acc4/raw (the second
+source) and /tmp/acc5/raw (the third), or the directories in ``CACHEWARDEN_CASSETTES`` (separated by
+``os.pathsep``); each one's PLAN.md names the repositories and commits. They
 are read in place by bench/cassette_records.py, the loader bench_counting.py uses, and the tests that
 need them skip where they are absent. A case is a record id, ``owner/repo:path#i``, always from the
 "dev" half (bench_counting.part): the final half is never used in a test.
@@ -21,7 +22,13 @@ from cachewarden.proxy.engine.adapters import parse_request
 from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.models import load_model_table
 
-ROOT = Path(os.environ.get("CACHEWARDEN_CASSETTES", "/tmp/acc4/raw"))
+ROOTS = tuple(
+    Path(p)
+    for p in os.environ.get("CACHEWARDEN_CASSETTES", f"/tmp/acc4/raw{os.pathsep}/tmp/acc5/raw").split(
+        os.pathsep
+    )
+    if p
+)
 LOADER = Path(__file__).resolve().parents[2] / "bench" / "cassette_records.py"
 
 
@@ -39,9 +46,10 @@ def record(source: str) -> dict[str, Any]:
     """The record ``source`` (``owner/repo:path#i``), read from its cassette."""
     repo, _, rest = source.partition(":")
     path, _, index = rest.rpartition("#")
-    cassette = ROOT / repo.replace("/", "+", 1) / path
-    if not cassette.is_file():
-        pytest.skip(f"third-party cassette not present: {cassette}")
+    found = [root / repo.replace("/", "+", 1) / path for root in ROOTS]
+    cassette = next((c for c in found if c.is_file()), None)
+    if cassette is None:
+        pytest.skip(f"third-party cassette not present: {repo}:{path}")
     loader = _loader()
     interactions = loader._interactions(cassette)
     rec = loader._record(f"{repo}:{path}", int(index), interactions[int(index)])
