@@ -152,13 +152,9 @@ def kinds(rec: Mapping[str, Any]) -> list[str]:
 
 
 def recorded_at(rec: Mapping[str, Any]) -> float | None:
-    """When the exchange was recorded (epoch seconds), if the record says: a Date header, an ISO 8601
-    string, or the time a YAML loader already parsed (Ruby / R VCR)."""
-    raw = rec.get("recorded_at")
-    if isinstance(raw, datetime):
-        return (raw if raw.tzinfo else raw.replace(tzinfo=UTC)).timestamp()
+    """When the exchange was recorded (epoch seconds), if the record says (a Date header or ISO 8601)."""
     try:
-        return parse_timestamp(raw)
+        return parse_timestamp(rec.get("recorded_at"))
     except LogLineError:
         return None
 

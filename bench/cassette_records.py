@@ -29,6 +29,7 @@ import json
 import re
 import zlib
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,14 @@ def not_self_contained(provider: str, req: Mapping[str, Any]) -> list[str]:
     return sorted(set(reasons))
 
 
+def _when(raw: Any) -> str | None:
+    """A cassette's own recording time as ISO 8601: R's and some Ruby VCR files hold a YAML timestamp,
+    which the loader has already made a datetime (naive ones are UTC)."""
+    if isinstance(raw, datetime):
+        return (raw if raw.tzinfo else raw.replace(tzinfo=UTC)).isoformat()
+    return str(raw) if raw else None
+
+
 def _input_tokens(usage: Mapping[str, Any]) -> tuple[int | None, int]:
     total = usage.get("prompt_tokens", usage.get("input_tokens"))
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
@@ -298,7 +307,7 @@ def _record(sequence_id: str, index: int, interaction: Mapping[str, Any]) -> dic
         # Azure names the deployment in the path, not the body (bench_counting.fallback_model).
         "path": _deployment(str(request.get("uri", ""))),
         "response_id": rid,
-        "recorded_at": interaction.get("recorded_at") or _header(response.get("headers"), "date"),
+        "recorded_at": _when(interaction.get("recorded_at")) or _header(response.get("headers"), "date"),
         "total_input_tokens": total,
         "cache_read_tokens": cached,
         "self_contained": not reasons,

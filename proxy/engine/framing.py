@@ -204,7 +204,7 @@ _HARMONY_RESPONSES = replace(
     tools_alone=0,
     # A text.format section never joins a message in Responses (as for 4o), and in harmony it costs
     # nothing beyond its rendered text (4o: 1): every harmony json_schema request outside the final
-    # halves was one over with 1 — 21 of 21 without tool results, across five projects and six models
+    # halves was one over with 1 — 19 of 19 without tool results, across five projects and six models
     # (ruby_llm gpt-5-nano, newrelic gpt-5.1, chatlas gpt-5.4, pydantic-ai gpt-5.4-mini, ellmer
     # gpt-5.4-nano and gpt-5.6-terra; the third cassette source's dev half, record cases in
     # tests/engine/test_counting_harmony_responses.py). No training record has one.
@@ -219,13 +219,14 @@ _HARMONY_RESPONSES = replace(
     parts_joined=True,
 )
 # gpt-5.4 (and its -mini / -nano) and gpt-5.6-terra: an assistant turn that goes on right after a tool
-# result costs one token more (resumes_after_result). On the dev halves, every one of the 49
-# gpt-5.4-family Responses requests with calls and no other unmodelled part fits it: a prompt ending
-# with a result is one under (chatlas, ellmer, ruby_llm: 38 requests), a result followed by a user
-# message is exact ("dangling" tool results, ellmer), followed by an assistant message one under, and
-# each pair followed by another call or the end adds one (chatlas, ellmer). One call per result pair
-# did not fit (ellmer's second-turn requests). gpt-5, gpt-5.2 and gpt-5.5 show no such token (their
-# call requests are exact or over without it), so it is not in _HARMONY_RESPONSES.
+# result costs one token more (resumes_after_result). Of the 46 Responses requests of these models with
+# tool results on the dev halves (chatlas, ellmer, ruby_llm, pydantic-ai), 42 are exact with it, 1
+# without it (4 before either rule: 3 only because the text.format token above cancelled it); the 4 left have
+# an additional_tools item or calls in a row. A prompt ending with a result was one under; a result
+# followed by a user message (ellmer's "dangling" results) was exact; one followed by an assistant
+# message, or by a further call, one under each. A token per result pair did not fit (ellmer's
+# dangling sequences). gpt-5, gpt-5.2 and gpt-5.5 show no such token (their requests with results are
+# exact or over without it), so it is not in _HARMONY_RESPONSES.
 _HARMONY_RESPONSES_RESUMING = replace(_HARMONY_RESPONSES, resumes_after_result=1)
 FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", ""): _CHAT,
