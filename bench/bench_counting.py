@@ -21,6 +21,10 @@ under DIR (default /tmp/acc4/raw; bench/cassette_records.py reads them, /tmp/acc
 repositories and commits). No rule was found on them before their first run, so every record is
 held out; they split into dev / final by cassette with the same hash.
 
+``--pooled`` pools every held-out record there is: the held-out project of the recorded data and
+both cassette sources (/tmp/acc4/raw, /tmp/acc5/raw, where present), training records left out: the
+figure the issue's goals are about, by half with ``--split``.
+
 ``--detail`` adds rows per model for tools, Responses and Anthropic, and the largest errors outside the
 final part (training and held-out dev records only: the final part is never listed).
 """
@@ -31,6 +35,7 @@ import hashlib
 import json
 import statistics
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
@@ -48,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT.parent / "shared" / "data" / "recorded" / "interactions.jsonl"
 HELD_OUT_SOURCE = "pydantic/pydantic-ai:"
 CASSETTES = Path("/tmp/acc4/raw")
+CASSETTE_SOURCES = (CASSETTES, Path("/tmp/acc5/raw"))
 
 
 def cassettes_root(argv: list[str]) -> Path | None:
@@ -70,6 +76,7 @@ def cassettes_root(argv: list[str]) -> Path | None:
 # for today's API is not mixed with that period's.
 RESPONSES_LAUNCH = "OpenAI Responses, March 2025"
 RESPONSES_SETTLED = datetime(2025, 4, 1, tzinfo=UTC).timestamp()
+IDS_SINCE = datetime(2023, 1, 1, tzinfo=UTC).timestamp()  # before any response id could be a time
 
 # Row order of the table; a record goes to its first matching kind (see kinds()).
 ROWS = (
@@ -152,11 +159,23 @@ def kinds(rec: Mapping[str, Any]) -> list[str]:
 
 
 def recorded_at(rec: Mapping[str, Any]) -> float | None:
-    """When the exchange was recorded (epoch seconds), if the record says (a Date header or ISO 8601)."""
+    """When the exchange was recorded (epoch seconds), if the record says (a Date header or ISO 8601),
+    else when OpenAI made the response: a Responses id starts with its creation time, 8 hex digits of
+    epoch seconds ("resp_68659e7d…" is 2025-07-02T21:02:53, the Date header of that exchange; every
+    dated record of the cassette sources agrees). Placeholder ids (scrubbed, hand-written) decode to
+    no time after 2023 and are not used."""
     try:
-        return parse_timestamp(rec.get("recorded_at"))
+        when = parse_timestamp(rec.get("recorded_at"))
     except LogLineError:
+        when = None
+    if when is not None:
+        return when
+    rid = str(rec.get("response_id") or "")
+    try:
+        made = float(int(rid[5:13], 16)) if rid.startswith("resp_") and len(rid) > 13 else None
+    except ValueError:
         return None
+    return made if made is not None and IDS_SINCE <= made <= time.time() else None
 
 
 def fallback_model(rec: Mapping[str, Any]) -> str | None:
@@ -164,18 +183,18 @@ def fallback_model(rec: Mapping[str, Any]) -> str | None:
     return rec.get("response_model") or rec.get("path") or None
 
 
-def request_of(rec: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The body to count. Azure OpenAI routes by the deployment in the path and ignores the body's
-    ``model``, which some clients fill with the deployment's name ("openllmetry-testing"): when it
-    names none of OpenAI's models, the model is the one the response names, if that is one of OpenAI's
-    (a scrubbed "AZURE_DEPLOYMENT-..." is not). A body that names a model keeps it.
+def request_of(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The body to count, or None when the model that ran is unknown. Azure OpenAI routes by the
+    deployment in the path and ignores the body's ``model`` (clients fill it with the deployment's
+    name, "openllmetry-testing", or with any model name: activeagent sends "gpt-4" to a gpt-4.1
+    deployment): the model is the one the response names, if that is one of OpenAI's; a scrubbed one
+    ("AZURE_DEPLOYMENT-2025-04-14") leaves it unknown.
     """
     req: Mapping[str, Any] = rec["request"]
     model = str(rec.get("response_model") or "")
-    azure = str(rec.get("host") or "").endswith(".openai.azure.com")
-    if azure and not _openai_model(str(req.get("model") or "")) and _openai_model(model):
-        return {**req, "model": model}
-    return req
+    if not str(rec.get("host") or "").endswith(".openai.azure.com"):
+        return req
+    return {**req, "model": model} if _openai_model(model) else None
 
 
 def _openai_model(name: str) -> bool:
@@ -196,13 +215,22 @@ def main(argv: list[str]) -> int:
     detail = "--detail" in argv
     split = "--split" in argv
     args = [a for a in argv if not a.startswith("--")]
+    pooled = "--pooled" in argv
     cassettes = cassettes_root(argv)
     path = cassettes if cassettes is not None else Path(args[0]) if args else DEFAULT
     if not path.exists():
         print(f"bench_counting: skipped, no recorded data at {path}")
         return 0
-    if cassettes is not None:
-        source_records: Iterator[dict[str, Any]] = iter([r for r in load_cassettes(path) if clean(r)])
+    if pooled:
+        roots = [root for root in CASSETTE_SOURCES if root.exists()]
+        cassettes = roots[0] if roots else None  # the columns of a cassette run: held-out only
+        source_records: Iterator[dict[str, Any]] = iter(
+            [r for r in records(path) if held_out(r)]
+            + [r for root in roots for r in load_cassettes(root) if clean(r)]
+        )
+        path = Path(" + ".join(str(p) for p in (path, *roots)))
+    elif cassettes is not None:
+        source_records = iter([r for r in load_cassettes(path) if clean(r)])
     else:
         source_records = records(path)
     counter = PromptCounter(load_model_table())
@@ -218,10 +246,12 @@ def main(argv: list[str]) -> int:
         if not isinstance(reported, int) or reported <= 0 or not rows:
             skipped += 1
             continue
+        body = request_of(rec)
+        if body is None:
+            skipped += 1
+            continue
         try:
-            prompt = adapters.parse_request(
-                request_of(rec), provider=rec["provider"], model=fallback_model(rec)
-            )
+            prompt = adapters.parse_request(body, provider=rec["provider"], model=fallback_model(rec))
             counted = counter.tokenize(prompt).count
         except CachewardenError:
             skipped += 1
@@ -236,7 +266,13 @@ def main(argv: list[str]) -> int:
         if where != "final" and counted != reported:
             worst.append((abs(counted - reported) / reported, rec["source"], counted, reported))
     held = "dev | final by cassette" if split else "pooled"
-    source = "all of it" if cassettes is not None else HELD_OUT_SOURCE.rstrip(":")
+    source = (
+        "held-out records only"
+        if pooled
+        else "all of it"
+        if cassettes is not None
+        else HELD_OUT_SOURCE.rstrip(":")
+    )
     print(f"recorded data: {path} (held out: {source}, {held}; {skipped} records skipped)")
     head = f"{'n':>5} {'exact':>6} {'±1':>6} {'median':>7}"
     titles = {"dev": "held-out dev", "final": "held-out final"}

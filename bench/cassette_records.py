@@ -89,6 +89,22 @@ def _ruby(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
 _Loader.add_multi_constructor("!ruby/", _ruby)
 
 
+def _header_name(loader: yaml.SafeLoader, node: yaml.Node) -> str:
+    """vcrpy's dump of an aiohttp header name (``multidict.istr``, a case-insensitive ``str``): the
+    name, its only argument. Without this, every cassette of an aiohttp-based client was unreadable."""
+    if isinstance(node, yaml.SequenceNode):
+        args = loader.construct_sequence(node, deep=True)
+        return str(args[0]) if args else ""
+    return str(loader.construct_scalar(node))  # type: ignore[arg-type]
+
+
+for _tag in ("apply", "new"):
+    for _module in ("multidict._multidict", "multidict._multidict_py"):
+        _Loader.add_constructor(f"tag:yaml.org,2002:python/object/{_tag}:{_module}.istr", _header_name)
+# Ruby VCR writes a non-UTF-8 body as ``!binary`` (a local tag, base64 as YAML's own ``!!binary``).
+_Loader.add_constructor("!binary", lambda loader, node: base64.b64decode(loader.construct_scalar(node)))
+
+
 def _text(raw: Any) -> str | None:
     """A body as text: vcrpy keeps ``str`` or ``bytes`` (maybe gzip / deflate), Ruby VCR a mapping
     with ``string`` (or ``base64_string``)."""
