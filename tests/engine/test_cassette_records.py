@@ -110,3 +110,62 @@ def test_quality_flags() -> None:
     body = json.dumps({"id": "chatcmpl-123", "usage": USAGE})
     rec = loader._record("o/r:c.yaml", 0, _exchange("https://api.openai.com/v1/chat/completions", CHAT, body))
     assert rec is not None and rec["suspect"]
+
+
+AIOHTTP_CASSETTE = """interactions:
+- request:
+    body: '{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+    headers:
+      ? !!python/object/apply:multidict._multidict.istr
+      - Content-Type
+      : - application/json
+      ? !!python/object/new:multidict._multidict.istr
+      - Accept
+      : - application/json
+    method: POST
+    uri: https://api.openai.com/v1/chat/completions
+  response:
+    body:
+      string: '{"id": "chatcmpl-AbCdEfGhIjKlMnOpQrSt", "model": "gpt-4o", "usage": {"prompt_tokens": 8}}'
+    headers:
+      Date: Tue, 25 Nov 2025 16:21:20 GMT
+    status: {code: 200, message: OK}
+version: 1
+"""
+
+RUBY_BINARY_CASSETTE = """---
+http_interactions:
+- request:
+    method: post
+    uri: https://api.openai.com/v1/chat/completions
+    body:
+      encoding: UTF-8
+      string: '{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+  response:
+    status: {code: 200, message: OK}
+    body:
+      encoding: ASCII-8BIT
+      string: !binary |-
+        %s
+  recorded_at: 2026-08-02 10:11:12
+"""
+
+
+def test_aiohttp_header_names_and_ruby_binary_bodies_are_read(tmp_path: Path) -> None:
+    # vcrpy dumps aiohttp's header names as multidict.istr objects and Ruby VCR a non-UTF-8 body as
+    # !binary: each made the whole cassette unreadable before, silently.
+    import base64
+
+    repo = tmp_path / "someone+project"
+    repo.mkdir()
+    (repo / "aiohttp.yaml").write_text(AIOHTTP_CASSETTE)
+    body = json.dumps({"id": "chatcmpl-ZyXwVuTsRqPoNmLkJiHg", "model": "gpt-4o", "usage": USAGE})
+    (repo / "ruby.yml").write_text(RUBY_BINARY_CASSETTE % base64.b64encode(body.encode()).decode())
+    got = {r["source"]: r for r in _loader().records(tmp_path)}
+    aiohttp = got["someone/project:aiohttp.yaml#0"]
+    assert aiohttp["total_input_tokens"] == 8
+    assert aiohttp["recorded_at"] == "Tue, 25 Nov 2025 16:21:20 GMT"
+    ruby = got["someone/project:ruby.yml#0"]
+    assert ruby["total_input_tokens"] == 8
+    # Ruby / R VCR write a YAML timestamp: a string the benches can parse, not a datetime.
+    assert ruby["recorded_at"] == "2026-08-02T10:11:12+00:00"

@@ -1,0 +1,63 @@
+"""bench/bench_counting.py: which model a record is counted with, and when it was recorded.
+
+Synthetic records (no third-party data). Azure routes by deployment, so the body's ``model`` is not
+what ran; a Responses id carries its creation time, which dates a record without a Date header and
+puts the Responses API's first weeks in a row of their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@cache
+def _bench() -> ModuleType:
+    sys.path.insert(0, str(BENCH))  # bench_counting imports its sibling cassette_records
+    spec = importlib.util.spec_from_file_location("bench_counting", BENCH / "bench_counting.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _record(**fields: Any) -> dict[str, Any]:
+    return {"provider": "openai-responses", "request": {"model": "gpt-4", "input": "hi"}, **fields}
+
+
+def test_azure_counts_with_the_model_that_ran() -> None:
+    b = _bench()
+    azure = "res.openai.azure.com"
+    ran = b.request_of(_record(host=azure, response_model="gpt-4.1-mini-2025-04-14"))
+    assert ran is not None and ran["model"] == "gpt-4.1-mini-2025-04-14"
+    # A scrubbed response model: the deployment's model is unknown, the record is not counted.
+    assert b.request_of(_record(host=azure, response_model="AZURE_DEPLOYMENT-2025-04-14")) is None
+    # Elsewhere the body's model is the model.
+    assert b.request_of(_record(host="api.openai.com", response_model="gpt-4o"))["model"] == "gpt-4"
+
+
+def test_a_responses_id_dates_a_record_without_a_date() -> None:
+    b = _bench()
+    assert b.recorded_at(_record(response_id="resp_68659e7dd32c8199")) == 0x68659E7D  # 2025-07-02
+    assert (
+        b.recorded_at(_record(recorded_at="Wed, 02 Jul 2025 21:02:53 GMT", response_id="resp_00"))
+        == 0x68659E7D
+    )
+    # placeholder ids give no time
+    assert b.recorded_at(_record(response_id="resp_0123456789abcdef")) is None
+    assert b.recorded_at(_record(response_id="resp_abc")) is None
+
+
+def test_the_launch_weeks_have_a_row_of_their_own() -> None:
+    b = _bench()
+    march = _record(recorded_at="Fri, 14 Mar 2025 10:00:00 GMT")
+    may = _record(response_id="resp_6813a5c0aaaaaaaaaaaa")  # 2025-05-01
+    assert b.kinds(march) == [b.RESPONSES_LAUNCH]
+    assert b.kinds(may) == ["OpenAI Responses"]
+    assert b.kinds(_record()) == ["OpenAI Responses"]  # undated: today's API
