@@ -106,7 +106,7 @@ def _anthropic_item(draw: st.DrawFn, i: int) -> dict[str, Any]:
 ITEMS = {"openai-chat": _chat_item, "openai-responses": _responses_item, "anthropic": _anthropic_item}
 MODELS = {
     "openai-chat": ["gpt-4o", "gpt-4.1-mini"],
-    "openai-responses": ["gpt-4o", "gpt-5-mini"],
+    "openai-responses": ["gpt-4o", "gpt-5-mini", "gpt-5.4"],  # gpt-5.4: resumes_after_result
     "anthropic": ["claude-sonnet-4-5", "claude-haiku-4-5"],
 }
 # Cache-affecting parameters: they salt the stream the scoped index sees (for OpenAI, its scope).
