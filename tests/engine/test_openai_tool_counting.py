@@ -128,6 +128,7 @@ HMARR_CASES: list[tuple[dict[str, Any], int]] = [
     ({"messages": _HELLO}, 8),
     ({"messages": _HELLO, "functions": [_FOO]}, 31),
     ({"messages": _HELLO, "functions": [_FOO], "function_call": "auto"}, 31),
+    ({"messages": _HELLO, "functions": [_FOO], "function_call": "none"}, 32),
     ({"messages": _HELLO, "functions": [_FOO], "function_call": {"name": "foo"}}, 36),
     ({"messages": _HELLO, "functions": [{**_FOO, "description": "Do a foo"}]}, 36),
     (
