@@ -400,7 +400,7 @@ class PromptCounter:
             primed = legacy_calls(framing) if shape.legacy_functions else framing
             tokens.extend(self._recipient(tok, primed, prompt.forced_function))
             tokens.extend([PAD] * framing.forced_call)
-        if prompt.calls_declined and shape.legacy_functions:
+        if prompt.calls_declined and framing.forced_call is not None:  # harmony: no change recorded
             tokens.append(PAD)
         hidden = self._request_extras(tok, framing, prompt, has_tools=first_tool >= 0)
         # The stream shares the earlier one's chunks up to where this one parts from it, so only

@@ -113,8 +113,11 @@ class Prompt:
     # OpenAI: the function a ``tool_choice`` forces. The reply is then primed with a call to it, after
     # the prompt (so it counts, but it neither scopes nor breaks the cache, unlike ``params``).
     forced_function: str | None = None
-    # OpenAI legacy ``function_call: "none"``: the reply priming is one token longer (after the prompt,
-    # like ``forced_function``; hmarr/openai-chat-tokens' API-measured case, 32 against 31 with "auto").
+    # OpenAI Chat Completions ``tool_choice: "none"`` (legacy ``function_call: "none"``): the reply
+    # priming is one token longer where a forced call primes it too (after the prompt, like
+    # ``forced_function``): hmarr/openai-chat-tokens' API-measured legacy case (32 against 31 with
+    # "auto"), and each of the 3 dev requests with tool_choice "none" (ldp: gpt-4o, gpt-4o-2024-11-20,
+    # gpt-4o-mini) was one under without it.
     calls_declined: bool = False
     fingerprint: str = field(default="", compare=False)
     basis: Basis | None = field(default=None, compare=False, repr=False)

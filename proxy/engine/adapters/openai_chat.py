@@ -291,5 +291,5 @@ def parse_chat(body: Obj, model: str | None = None, resume: Resume | None = None
         prompt_cache_key=opt_str(body, "prompt_cache_key", ""),
         stream=bool(opt_bool(body, "stream", "")),
         forced_function=forced_function(body),
-        calls_declined=body.get("function_call") == "none",
+        calls_declined="none" in (body.get("tool_choice"), body.get("function_call")),
     )
