@@ -221,8 +221,8 @@ _HARMONY_RESPONSES = replace(
 # gpt-5.4 (and its -mini / -nano) and gpt-5.6-terra: an assistant turn that goes on right after a tool
 # result costs one token more (resumes_after_result). Of the 46 Responses requests of these models with
 # tool results on the dev halves (chatlas, ellmer, ruby_llm, pydantic-ai), 42 are exact with it, 1
-# without it (4 before either rule: 3 only because the text.format token above cancelled it); the 4 left have
-# an additional_tools item or calls in a row. A prompt ending with a result was one under; a result
+# without it (4 before either rule: 3 only because the text.format token above cancelled it); the 4
+# left have an additional_tools item or calls in a row. A prompt ending with a result was one under; a result
 # followed by a user message (ellmer's "dangling" results) was exact; one followed by an assistant
 # message, or by a further call, one under each. A token per result pair did not fit (ellmer's
 # dangling sequences). gpt-5, gpt-5.2 and gpt-5.5 show no such token (their requests with results are
@@ -234,8 +234,6 @@ FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", "o3"): replace(_CHAT, reply=2),
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-responses", ""): _RESPONSES,
-    # gpt-5 (harmony) renders tools inside the developer message (openai/harmony): joined to one the
-    # section costs tools_once 3, alone it costs the same (tools_alone 0; see the gpt-5 note above).
     ("openai-responses", "gpt-5"): _HARMONY_RESPONSES,
     ("openai-responses", "gpt-5.4"): _HARMONY_RESPONSES_RESUMING,
     ("openai-responses", "gpt-5.6-terra"): _HARMONY_RESPONSES_RESUMING,
