@@ -56,7 +56,7 @@ class Framing:
     # Responses: consecutive function_call items (parallel calls) share one assistant message, so a
     # further call costs its recipient and arguments only.
     calls_share_message: bool = False
-    # Responses (harmony, gpt-5.4 on): an assistant turn that goes on right after a tool result (a
+    # Responses (harmony: gpt-5.4 family, gpt-5.6-terra): an assistant turn right after a tool result (a
     # further call, a message, or the reply priming when the prompt ends with the result) costs this
     # beyond its own framing; after a user or developer message it does not.
     resumes_after_result: int = 0
