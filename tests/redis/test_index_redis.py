@@ -896,3 +896,18 @@ def test_a_read_with_nothing_waiting_keeps_the_socket_timeout() -> None:
         assert _receive(a, buf) == 0  # closed by the peer: the caller's "connection closed"
     finally:
         a.close()
+
+
+@pytest.mark.parametrize(
+    ("entry_id", "now", "message"),
+    [("a\x00b", 1.0, "NUL"), ("a", float("nan"), "finite"), ("a", float("inf"), "finite")],
+)
+def test_an_insert_redis_cannot_store_is_refused_and_writes_nothing(
+    redis_server: Any, entry_id: str, now: float, message: str
+) -> None:
+    index = _index(redis_server, block_size=4)
+    scope = "tenant\x1fopenai\x1fgpt-4.1\x1f"
+    with pytest.raises(ValueError, match=message):
+        index.insert(scope, list(range(10)), now=now, entry_id=entry_id)
+    index.flush()
+    assert index.lookup(scope, list(range(10)), now=2, ttl=0).held_prefix_tokens == 0

@@ -243,6 +243,15 @@ class _Prepared(NamedTuple):
         return b"".join([*self.packed[ks.start : ks.stop], self.packed[-1]]), len(ks) + 1
 
 
+def _unwritable(entry_id: str, now: float) -> str | None:
+    """Why an insert of ``entry_id`` at ``now`` cannot be stored, if it cannot."""
+    if "\x00" in entry_id:
+        return "an entry id holds no NUL character (it ends a record in Redis)"
+    if not math.isfinite(now):
+        return f"now must be a finite time (got {now!r})"
+    return None
+
+
 def _found(
     groups: list[tuple[bytes, list[bytes], list[int]]], answers: Sequence[Any], now: float, ttl: float
 ) -> dict[int, float]:
@@ -297,7 +306,6 @@ class RedisIndex:
         self._sweep = max(sweep_fields, 0)
         self._scan = max(scan_limit, 1)
         self._memo: dict[int | bytes, bytes] = {}
-        self._retention: dict[float | None, tuple[int, str]] = {}
         self._masks: dict[int, int] = {}
         # (parent digest, a few tokens) -> (chain digest, member bytes, tokens) of a full block: a
         # conversation's next turn re-sends the same blocks, so each is encoded and hashed once and
@@ -525,14 +533,9 @@ class RedisIndex:
 
     def _retention_ms(self, ttl: float | None) -> tuple[int, str]:
         """Key expiry for a scope of TTL ``ttl``: in ms, and in seconds as a script reads it."""
-        got = self._retention.get(ttl)
-        if got is None:
-            keep = self._max_age if ttl is None or ttl <= 0 else min(self._max_age, ttl + self._window)
-            keep = max(keep, 0.001)
-            got = max(1, math.ceil(keep * 1000)), repr(keep)
-            if len(self._retention) < 64:  # a handful of TTL classes; any number works, unkept
-                self._retention[ttl] = got
-        return got
+        keep = self._max_age if ttl is None or ttl <= 0 else min(self._max_age, ttl + self._window)
+        keep = max(keep, 0.001)
+        return max(1, math.ceil(keep * 1000)), repr(keep)
 
     # -- Redis calls --------------------------------------------------------------------------------
 
@@ -749,10 +752,9 @@ class RedisIndex:
         eid = entry_id if entry_id is not None else uuid.uuid4().hex
         if not toks:
             return eid
-        if "\x00" in eid:
-            raise ValueError("an entry id holds no NUL character (it ends a record in Redis)")
-        if not math.isfinite(now):
-            raise ValueError(f"now must be a finite time (got {now!r})")
+        problem = _unwritable(eid, now)
+        if problem is not None:
+            raise ValueError(problem)
         self._send(self._writes_of(self._prepare(scope, toks), now, eid, ttl))
         return eid
 
@@ -767,11 +769,8 @@ class RedisIndex:
         full = len(digests)
         # The bytes of a full block already in Redis are left out: a turn of a conversation then
         # sends (and Redis rewrites) a digest and a value per block, not 2 KiB.
-        if all(map(self._stored.__contains__, digests)):  # most often: a check in C
-            sent = [b""] * full + members[full:]
-        else:
-            stored = self._stored
-            sent = [m if k >= full or digests[k] not in stored else b"" for k, m in enumerate(members)]
+        stored = self._stored
+        sent = [m if k >= full or digests[k] not in stored else b"" for k, m in enumerate(members)]
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
             blob = b"".join(digests[ks.start : min(ks.stop, full)])
@@ -807,7 +806,7 @@ class RedisIndex:
             return False
         if not (prep.toks is tokens or prep.toks == (tokens if is_frozen(tokens) else tuple(tokens))):
             return False
-        if "\x00" in ins.entry_id or not math.isfinite(ins.now):
+        if _unwritable(ins.entry_id, ins.now) is not None:
             return False  # ``insert`` raises it, after the lookup
         self._send(self._writes_of(prep, ins.now, ins.entry_id, ins.ttl))
         self._last.early = prep
