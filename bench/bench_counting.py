@@ -70,8 +70,9 @@ def cassettes_root(argv: list[str]) -> Path | None:
 
 # The Responses API's first weeks (it opened on 2025-03-11): every exchange recorded in March 2025 reports
 # 18 tokens or more beyond its body (a bare "1+1?" on gpt-4o is 27; an openai-agents first turn over
-# 200 more), across four projects of the cassette sources (logfire, ruby-openai, llm-openai-plugin,
-# dd-trace-py), and every one from May 2025 on does not (none was recorded in April): hidden content
+# 200 more), across five projects (logfire, ruby-openai, llm-openai-plugin, dd-trace-py; pydantic-ai's,
+# dated by their response ids), and every one from May 2025 on does not (the cassettes have none of
+# April): hidden content
 # the API no longer adds. Counted in a row of their own, out of the Responses row, so that the figure
 # for today's API is not mixed with that period's.
 RESPONSES_LAUNCH = "OpenAI Responses, March 2025"
@@ -171,11 +172,13 @@ def recorded_at(rec: Mapping[str, Any]) -> float | None:
     if when is not None:
         return when
     rid = str(rec.get("response_id") or "")
+    if not rid.startswith("resp_") or len(rid) <= 13:
+        return None
     try:
-        made = float(int(rid[5:13], 16)) if rid.startswith("resp_") and len(rid) > 13 else None
+        made = float(int(rid[5:13], 16))
     except ValueError:
         return None
-    return made if made is not None and IDS_SINCE <= made <= time.time() else None
+    return made if IDS_SINCE <= made <= time.time() else None
 
 
 def fallback_model(rec: Mapping[str, Any]) -> str | None:
@@ -223,7 +226,6 @@ def main(argv: list[str]) -> int:
         return 0
     if pooled:
         roots = [root for root in CASSETTE_SOURCES if root.exists()]
-        cassettes = roots[0] if roots else None  # the columns of a cassette run: held-out only
         source_records: Iterator[dict[str, Any]] = iter(
             [r for r in records(path) if held_out(r)]
             + [r for root in roots for r in load_cassettes(root) if clean(r)]
@@ -235,7 +237,7 @@ def main(argv: list[str]) -> int:
         source_records = records(path)
     counter = PromptCounter(load_model_table())
     columns: tuple[str, ...] = ("training", "dev", "final") if split else ("training", "held-out")
-    if cassettes is not None:
+    if pooled or cassettes is not None:  # held-out records only: no training column
         columns = columns[1:]
     table: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
     worst: list[tuple[float, str, int, int]] = []
@@ -266,13 +268,9 @@ def main(argv: list[str]) -> int:
         if where != "final" and counted != reported:
             worst.append((abs(counted - reported) / reported, rec["source"], counted, reported))
     held = "dev | final by cassette" if split else "pooled"
-    source = (
-        "held-out records only"
-        if pooled
-        else "all of it"
-        if cassettes is not None
-        else HELD_OUT_SOURCE.rstrip(":")
-    )
+    source = HELD_OUT_SOURCE.rstrip(":")
+    if pooled or cassettes is not None:
+        source = "held-out records only" if pooled else "all of it"
     print(f"recorded data: {path} (held out: {source}, {held}; {skipped} records skipped)")
     head = f"{'n':>5} {'exact':>6} {'±1':>6} {'median':>7}"
     titles = {"dev": "held-out dev", "final": "held-out final"}
