@@ -30,7 +30,10 @@ their ranges, each run's load average beside it) — prints a table; skips (exit
 redis-server or the redis package. About 30 s on 2 cores, ~15 s more per repeat. ``--shipped
 --rounds 30 --repeat 2``: only memory and what the proxy ships, over more conversations (~10 s):
 run it on two versions of the code one after the other to tell them apart (the ratio moves with
-the machine's load from one sitting to the next more than a small change moves it).
+the machine's load from one sitting to the next more than a small change moves it). ``--split
+--rounds 30``: what the proxy ships, live and with Redis' replies replayed with no I/O (``split_row``):
+how much of what Redis adds is the client's own Python, a figure steady enough to compare two
+versions of the code by in one sitting.
 """
 
 from __future__ import annotations
@@ -192,14 +195,8 @@ def layout_row(url: str) -> tuple[int, float]:
 ROUNDS = 7  # conversations per backend, taken in turns (see engine_rows)
 
 
-def engine_rows(
-    backends: dict[str, Callable[[], PrefixIndex]], rounds: int = ROUNDS
-) -> dict[str, tuple[float, float, float]]:
-    """``Engine.analyse`` per request: a 60-turn conversation, ``rounds`` times per backend, each
-    body read as the proxy reads it (``ConversationReader``: parsed from where it extends the
-    tenant's previous body, so the counter resumes the previous stream; only ``analyse`` is timed).
-    The backends take turns conversation by conversation (in a rotating order), so that a load
-    spike of the shared machine weighs on all of them alike rather than on whichever ran then."""
+def _conversation() -> list[bytes]:
+    """The bodies of a 60-turn OpenAI chat conversation under a ~5,000-token system prompt."""
     rules = (f"Rule {i}: answer questions about topic {i} from section {i}, quote it." for i in range(230))
     policy = "\n".join(rules)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": policy}]
@@ -208,6 +205,83 @@ def engine_rows(
         msgs = [*msgs, {"role": "user", "content": f"Question {turn}: what does rule {turn} say?"}]
         bodies.append(json.dumps({"model": "gpt-4.1", "messages": msgs}).encode())
         msgs = [*msgs, {"role": "assistant", "content": f"Rule {turn} says to quote section {turn}."}]
+    return bodies
+
+
+def _analysed(engine: Engine, reader: ConversationReader, bodies: list[bytes], r: int) -> list[float]:
+    """The analysing thread's CPU time of each turn of conversation ``r`` (tenant ``t{r}``)."""
+    cpu = []
+    for turn, raw in enumerate(bodies):
+        prompt = reader.parse(reader.load(raw, tenant=f"t{r}"), "openai-chat", tenant=f"t{r}")
+        c0 = time.thread_time()
+        engine.analyse(prompt, tenant=f"t{r}", now=1000.0 + 100 * r + turn)
+        cpu.append(time.thread_time() - c0)
+    return cpu
+
+
+def split_row(url: str, rounds: int) -> tuple[float, float, float, float]:
+    """CPU p50 of ``Engine.analyse`` on what the proxy ships (``open_index``) live and with Redis'
+    replies replayed, each with the in-memory one's, their conversations alternating: (memory, live,
+    memory, replayed). The live run's replies are recorded; then a fresh engine makes the same
+    calls in the same order, its channel sending nothing and reading the recorded replies. The
+    replayed run is the client's own Python (the prompt's blocks, the script calls, the channel,
+    the merge with the mirror); what the live one adds is the sends, the reads and what waking
+    Redis costs the sender. Free of the I/O's noise, the replayed ratio tells two versions of the
+    client's code apart in one sitting."""
+    from unittest import mock
+
+    from cachewarden.proxy.engine.index import redis_writes
+    from cachewarden.proxy.engine.index.open_index import open_index
+
+    bodies = _conversation()
+    replies: list[Any] = []
+    read = redis_writes.Channel._reply
+
+    def recorded(chan: redis_writes.Channel) -> Any:
+        reply = read(chan)
+        replies.append(reply)
+        return reply
+
+    def alternating(engine: Engine) -> tuple[float, float]:
+        memory_engine, memory_reader, reader = (
+            Engine(index=MemoryIndex(), wide_index=MemoryIndex()),
+            ConversationReader(),
+            ConversationReader(),
+        )
+        memory: list[float] = []
+        theirs: list[float] = []
+        for r in range(rounds):
+            memory += _analysed(memory_engine, memory_reader, bodies, r)
+            theirs += _analysed(engine, reader, bodies, r)
+        return statistics.median(memory), statistics.median(theirs)
+
+    with mock.patch.object(redis_writes.Channel, "_reply", recorded):
+        live_engine = Engine(index=open_index(url), wide_index=MemoryIndex())
+        live_engine.index.clear()
+        memory_live, live = alternating(live_engine)
+        live_engine.index.clear()
+    pending = iter(replies)  # the clear() after the run read a few more: never asked for
+    # Another database of the same server: a channel of its own (channels are shared per server).
+    replay_url = url.rsplit("/", 1)[0] + "/1"
+    with (
+        mock.patch.object(redis_writes, "_send_all", lambda conn, data: None),
+        mock.patch.object(redis_writes.Channel, "_reply", lambda chan: next(pending)),
+    ):
+        memory_replayed, replayed = alternating(
+            Engine(index=open_index(replay_url), wide_index=MemoryIndex())
+        )
+    return memory_live, live, memory_replayed, replayed
+
+
+def engine_rows(
+    backends: dict[str, Callable[[], PrefixIndex]], rounds: int = ROUNDS
+) -> dict[str, tuple[float, float, float]]:
+    """``Engine.analyse`` per request: a 60-turn conversation, ``rounds`` times per backend, each
+    body read as the proxy reads it (``ConversationReader``: parsed from where it extends the
+    tenant's previous body, so the counter resumes the previous stream; only ``analyse`` is timed).
+    The backends take turns conversation by conversation (in a rotating order), so that a load
+    spike of the shared machine weighs on all of them alike rather than on whichever ran then."""
+    bodies = _conversation()
     engines: dict[str, tuple[Engine, ConversationReader]] = {}
     tokens = 0
     for name, make in backends.items():
@@ -275,6 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only the engine rows of memory and of what the proxy ships (redis+local): the quick "
         "figure to compare two versions of the code by, run after one another",
     )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="only what the proxy ships, live and with Redis' replies replayed (no I/O): how much of "
+        "what Redis adds is the client's Python (split_row)",
+    )
     opts = parser.parse_args(argv)
     if shutil.which("redis-server") is None:
         print("skipped: redis-server is not installed (Debian: apt-get install redis-server)")
@@ -295,6 +375,16 @@ def main(argv: list[str] | None = None) -> int:
             "redis, writes behind": lambda: RedisIndex(redis.Redis.from_url(url), write_behind=True),
             "redis+local": lambda: open_index(url),
         }
+        if opts.split:
+            memory, live, memory_replayed, replayed = split_row(url, opts.rounds)
+            head = f"engine.analyse CPU p50, {opts.rounds} conversations each, ms"
+            print(f"\n{head}   (replayed: Redis' replies replayed, no I/O: the client's Python)")
+            for name, theirs, beside in (("live", live, memory), ("replayed", replayed, memory_replayed)):
+                print(
+                    f"redis+local {name:<10} {theirs * 1e3:.3f}   memory beside it {beside * 1e3:.3f}"
+                    f"   ×mem {theirs / beside:.2f}"
+                )
+            return 0
         if opts.shipped:
             backends = {name: backends[name] for name in ("memory", "redis+local")}
         else:
