@@ -89,6 +89,7 @@ _STORED = 1 << 16  # chain digests of full blocks known to be in Redis (~150 byt
 _TOKEN_MEMO = 1 << 18  # token -> its 4 bytes (a vocabulary is ~200k tokens)
 _STREAMS = 1024  # keystreams of recent nodes, 2 KiB each at 512 tokens a block
 _ROOTS = 4096  # root digests of recent scopes
+_RETENTIONS = 64  # key expiries of distinct TTLs
 # Scopes whose last prompt is kept for the next one to start from. Its tuple is the engine's own
 # (the memory index keeps the same one); its members cost 4 bytes a token (0.8 MiB at 200,000
 # tokens), the same bytes objects from one turn to the next: at most ~50 MiB for 64 such scopes.
@@ -234,6 +235,7 @@ class _Prepared(NamedTuple):
     packed: list[bytes]  # the nodes' keys, then the values hash's, in RESP (``bulk``)
     digests: list[bytes]  # the 8-byte digest of each full block (its values field)
     keys: bytes  # ``packed`` joined, when the prompt's calls are one call each (else empty)
+    blob: bytes  # ``digests`` joined, when the prompt's calls are one call each (else empty)
 
     def keys_of(self, ks: range) -> tuple[bytes, int]:
         """The packed keys of the call over blocks ``ks`` (their nodes, then the values hash), and
@@ -306,6 +308,7 @@ class RedisIndex:
         self._sweep = max(sweep_fields, 0)
         self._scan = max(scan_limit, 1)
         self._memo: dict[int | bytes, bytes] = {}
+        self._retentions: dict[float | None, tuple[int, str]] = {}
         self._masks: dict[int, int] = {}
         # (parent digest, a few tokens) -> (chain digest, member bytes, tokens) of a full block: a
         # conversation's next turn re-sends the same blocks, so each is encoded and hashed once and
@@ -479,7 +482,11 @@ class RedisIndex:
                 _trim(cache, _BLOCK_CACHE)
         if alike:
             assert earlier is not None
-            prepared = earlier._replace(toks=key, members=members)
+            # The earlier's fields but two (``_replace`` costs several times the constructor).
+            e = earlier
+            prepared = _Prepared(
+                scope, key, e.root, e.chain, members, e.nodes, e.values, e.packed, e.digests, e.keys, e.blob
+            )
         else:
             tag = b"%s:{%s}:" % (self._ns, root.hex().encode())
             new = [tag + b"n:" + chain[k] for k in range(len(nodes), len(members))]
@@ -487,8 +494,11 @@ class RedisIndex:
             packed.extend(map(bulk, new))
             packed.append(bulk(tag + b"v"))
             digests.extend(c[:_FIELD] for c in chain[shared + 1 : full + 1])
-            joined = b"".join(packed) if len(members) <= _CHUNK else b""
-            prepared = _Prepared(scope, key, root, chain, members, nodes, tag + b"v", packed, digests, joined)
+            one = len(members) <= _CHUNK
+            joined, blob = (b"".join(packed), b"".join(digests)) if one else (b"", b"")
+            prepared = _Prepared(
+                scope, key, root, chain, members, nodes, tag + b"v", packed, digests, joined, blob
+            )
         self._last.value = prepared
         with self._blocks_lock:
             self._scopes[scope] = prepared
@@ -532,10 +542,16 @@ class RedisIndex:
         return b"%s:{%s}:%s:%s" % (self._ns, root.hex().encode(), kind, node)
 
     def _retention_ms(self, ttl: float | None) -> tuple[int, str]:
-        """Key expiry for a scope of TTL ``ttl``: in ms, and in seconds as a script reads it."""
-        keep = self._max_age if ttl is None or ttl <= 0 else min(self._max_age, ttl + self._window)
-        keep = max(keep, 0.001)
-        return max(1, math.ceil(keep * 1000)), repr(keep)
+        """Key expiry for a scope of TTL ``ttl``: in ms, and in seconds as a script reads it. Kept
+        for the few TTLs a deployment has (each write asks)."""
+        got = self._retentions.get(ttl)
+        if got is None:
+            keep = self._max_age if ttl is None or ttl <= 0 else min(self._max_age, ttl + self._window)
+            keep = max(keep, 0.001)
+            got = max(1, math.ceil(keep * 1000)), repr(keep)
+            if len(self._retentions) < _RETENTIONS:
+                self._retentions[ttl] = got
+        return got
 
     # -- Redis calls --------------------------------------------------------------------------------
 
@@ -680,7 +696,7 @@ class RedisIndex:
             ks = range(s, min(s + _CHUNK, len(members)))
             keys = prep.nodes[ks.start : ks.stop]
             given = members[max(ks.start, ks.stop - _GIVEN) : ks.stop]
-            blob = b"".join(digests[ks.start : min(ks.stop, full)])
+            blob = prep.blob if prep.keys else b"".join(digests[ks.start : min(ks.stop, full)])
             args: list[bytes | str | int | float] = [t, self._scan, len(given), blob, *given]
             resp = None
             if self._chan is not None:
@@ -770,13 +786,21 @@ class RedisIndex:
         # The bytes of a full block already in Redis are left out: a turn of a conversation then
         # sends (and Redis rewrites) a digest and a value per block, not 2 KiB.
         stored = self._stored
+        if prep.keys and all(map(stored.__contains__, digests)):
+            # The usual turn of a conversation: every full block is stored, only the partial one's
+            # bytes go (a check in C, not a pass over the blocks in Python).
+            mask = b"%c" % _LEFT_MASK * full + b"%c" % _GIVEN_MASK * (len(members) - full)
+            args: list[bytes | str | int | float] = [*head, prep.blob, mask, *members[full:]]
+            resp = _resp(WRITE, prep.keys, len(prep.packed), args) if self._chan is not None else None
+            keys = [*prep.nodes, prep.values]
+            return [Call(WRITE, keys, args, members, resp)]
         sent = [m if k >= full or digests[k] not in stored else b"" for k, m in enumerate(members)]
         for s in range(0, len(members), _CHUNK):
             ks = range(s, min(s + _CHUNK, len(members)))
             blob = b"".join(digests[ks.start : min(ks.stop, full)])
             part = sent[ks.start : ks.stop]
             mask = bytes([_GIVEN_MASK if m else _LEFT_MASK for m in part])
-            args: list[bytes | str | int | float] = [*head, blob, mask, *filter(None, part)]
+            args = [*head, blob, mask, *filter(None, part)]
             resp = None
             if self._chan is not None:
                 resp = _resp(WRITE, *prep.keys_of(ks), args)
