@@ -245,6 +245,16 @@ class _Prepared(NamedTuple):
         return b"".join([*self.packed[ks.start : ks.stop], self.packed[-1]]), len(ks) + 1
 
 
+def _nothing_to_learn(call: Call, answer: Any) -> bool:
+    """Whether a write's reply tells nothing new: not a WRITE of blocks, or every full block was
+    known to be stored (none given with its bytes) and still is (none missing)."""
+    if call.script is not WRITE or call.groups is None:
+        return True
+    blob, mask = call.args[5], call.args[6]
+    assert isinstance(blob, bytes) and isinstance(mask, bytes)
+    return not answer and _GIVEN_MASK not in mask[: len(blob) // _FIELD]
+
+
 def _unwritable(entry_id: str, now: float) -> str | None:
     """Why an insert of ``entry_id`` at ``now`` cannot be stored, if it cannot."""
     if "\x00" in entry_id:
@@ -614,6 +624,8 @@ class RedisIndex:
         """Runs walks side by side: each round trip carries the next calls of all of them, on the
         channel of their index if it has one, else in one pipeline of this index's client (with,
         on the first, the writes a sending thread still has queued: each reads its own writes)."""
+        if len(walks) == 1 and (chan := walks[0][0]._chan) is not None:
+            return [self._run_one(chan, walks[0][1], meanwhile)]
         results: list[Match] = [NO_MATCH] * len(walks)
         replies: list[list[Any] | None] = [None] * len(walks)
         active = list(range(len(walks)))
@@ -671,6 +683,21 @@ class RedisIndex:
             first = False
             active = [i for i, _, _ in spans]
         return results
+
+    @staticmethod
+    def _run_one(chan: Channel, walk: _Walk, meanwhile: Callable[[], object] | None) -> Match:
+        """``_run`` of one walk on a channel (the proxy's lookup): its round trips one after the
+        other, ``meanwhile`` while the first is on its way."""
+        try:
+            calls = next(walk)
+            while True:
+                ticket = chan.ask([_command(c) for c in calls])
+                if meanwhile is not None:
+                    meanwhile()
+                    meanwhile = None
+                calls = walk.send(chan.wait(ticket))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def _walk(self, scope: str, tokens: Sequence[int], now: float, ttl: float) -> _Walk:
         """A lookup as a generator: yields the script calls of each round trip, gets their answers."""
@@ -882,7 +909,8 @@ class RedisIndex:
 
     def _on_reply(self, call: Call, reply: Any) -> None:
         """The reply of a write sent on the channel, read by a later call (of any of its users)."""
-        self._written([call], [reply])
+        if not _nothing_to_learn(call, reply):  # most replies of a conversation's turns
+            self._written([call], [reply])
 
     def _write(self, calls: list[Call]) -> list[Any]:
         got = self._scripts(calls)
@@ -895,16 +923,14 @@ class RedisIndex:
         known: list[bytes] = []
         again: list[Call] = []
         for call, answer in zip(calls, answers, strict=True):
-            if call.script is not WRITE or call.groups is None:
+            if _nothing_to_learn(call, answer):
                 continue
-            head, blob, mask = call.args[:5], call.args[5], call.args[6]
-            assert isinstance(blob, bytes) and isinstance(mask, bytes)
-            if not answer and _GIVEN_MASK not in mask[: len(blob) // _FIELD]:
-                continue  # every full block was known to be stored, and still is: nothing to learn
+            head, blob, given = call.args[:5], call.args[5], call.groups
+            assert isinstance(blob, bytes) and given is not None
             digests = [blob[i : i + _FIELD] for i in range(0, len(blob), _FIELD)]
             missing = sorted(int(i) - 1 for i in answer or ())
             if missing:
-                groups = [call.groups[i] for i in missing]
+                groups = [given[i] for i in missing]
                 args = [*head, b"".join([digests[i] for i in missing]), b"g" * len(missing), *groups]
                 keys = [*(call.keys[i] for i in missing), call.keys[-1]]  # the values hash last
                 again.append(Call(WRITE, keys, args, groups))

@@ -26,6 +26,7 @@ from typing import TypeVar
 from .base import (
     NO_MATCH,
     IndexStats,
+    Insert,
     Lookup,
     Marks,
     Match,
@@ -66,13 +67,12 @@ def _ask(queries: Sequence[Lookup], now: float, meanwhile: Callable[[], None]) -
     return lookup_many(queries, now=now)
 
 
-def _sent_early(write: tuple[int, ResilientIndex, Lookup], local: Match | None) -> bool:
+def _sent_early(write: tuple[int, ResilientIndex, Lookup, Insert], local: Match | None) -> bool:
     """Whether the shared insert of ``write`` went out while its lookup is on its way
     (``RedisIndex.insert_during_lookup``, told the local answer); a failure is an outage, as after."""
-    _, index, w = write
+    _, index, w, ins = write
     early = getattr(w.index, "insert_during_lookup", None)
-    ins = w.then_insert
-    if early is None or ins is None or local is None or not index.healthy:
+    if early is None or local is None or not index.healthy:
         return False
     ok, sent = index._call("insert", functools.partial(early, w.scope, w.tokens, local, ins))
     return not ok or bool(sent)
@@ -162,7 +162,8 @@ class ResilientIndex:
         asked: list[tuple[int, ResilientIndex]] = []
         shared: list[Lookup] = []
         local: list[Lookup] = []  # one per query, in order: what answers it here
-        writes: list[tuple[int, ResilientIndex, Lookup]] = []  # shared inserts, once the lookups are answered
+        # Shared inserts (query, index, its shared lookup, the insert), once the lookups are answered.
+        writes: list[tuple[int, ResilientIndex, Lookup, Insert]] = []
         for i, q in enumerate(queries):
             index = q.index
             if not isinstance(index, ResilientIndex):
@@ -170,11 +171,12 @@ class ResilientIndex:
                 continue
             toks = as_tokens(q.tokens)
             local.append(Lookup(index.fallback, q.scope, toks, q.ttl, q.then_insert))
+            theirs = Lookup(index.primary, q.scope, toks, q.ttl)
             if q.then_insert is not None:
-                writes.append((i, index, Lookup(index.primary, q.scope, toks, q.ttl, q.then_insert)))
+                writes.append((i, index, theirs, q.then_insert))
             if index._due():
                 asked.append((i, index))
-                shared.append(Lookup(index.primary, q.scope, toks, q.ttl))
+                shared.append(theirs)
         pending = True
 
         def answer_locally() -> None:
@@ -204,8 +206,9 @@ class ResilientIndex:
                     mine = out[i]
                     out[i] = match if mine is None else _better(match, mine)
         answer_locally()
-        for _, index, w in writes:
-            index._call("insert", functools.partial(insert_after, [w]))
+        for _, index, w, ins in writes:
+            then = Lookup(w.index, w.scope, w.tokens, w.ttl, ins)
+            index._call("insert", functools.partial(insert_after, [then]))
         return [m if m is not None else NO_MATCH for m in out]
 
     def insert(
