@@ -442,15 +442,60 @@ class RedisIndex:
             earlier = self._by_toks.get(id(origin[0])) if origin is not None else None
             if earlier is None or origin is None or earlier.toks is not origin[0] or earlier.scope != scope:
                 earlier = self._scopes.get(scope)
+        # Tokens known equal to the earlier prompt's by construction (query.derived).
+        same = origin[1] if earlier is not None and origin is not None and origin[0] is earlier.toks else 0
+        if (
+            earlier is not None
+            and n > full * bs
+            and same >= full * bs
+            and len(earlier.toks) // bs == full
+            and len(earlier.members) == full + 1 == len(earlier.chain)
+        ):
+            # A conversation's turn that filled no block (most turns): the earlier prompt's full
+            # blocks by construction and its partial block's node; only that block's member is new.
+            e = earlier
+            members = [*e.members[:full], self._partial(key, e, full, same)]
+            prepared = _Prepared(
+                scope, key, e.root, e.chain, members, e.nodes, e.values, e.packed, e.digests, e.keys, e.blob
+            )
+        else:
+            prepared = self._prepared(scope, key, earlier, same)
+        self._last.value = prepared
+        with self._blocks_lock:
+            self._scopes[scope] = prepared
+            self._scopes.move_to_end(scope)
+            while len(self._scopes) > _SCOPES:
+                self._scopes.popitem(last=False)
+            if is_frozen(toks):  # the caller's own tuple or rope: its id is that of the one kept
+                old = self._by_toks.pop(id(key), None)
+                self._by_toks[id(key)] = prepared
+                self._by_toks_tokens += n - (len(old.toks) if old is not None else 0)
+                while len(self._by_toks) > _BY_TOKS or self._by_toks_tokens > _BY_TOKS_TOKENS:
+                    _, gone = self._by_toks.popitem(last=False)
+                    self._by_toks_tokens -= len(gone.toks)
+        return prepared
+
+    def _partial(self, key: Sequence[int], earlier: _Prepared, full: int, same: int) -> bytes:
+        """The member of the partial block after ``full`` blocks that ``key`` shares with ``earlier``,
+        whose block ``full`` has the same node: the earlier's bytes of the tokens both start with
+        there, then the new tokens' (a frozen sequence's slice is a tuple)."""
+        bs = self._bs
+        kept = _common_tokens(key, earlier.toks, full * bs, same) - full * bs
+        head = earlier.members[full][: kept * _GROUP] if kept else b""
+        return head + self._groups(earlier.chain[full], key[full * bs + kept :], start=kept)
+
+    def _prepared(self, scope: str, key: Sequence[int], earlier: _Prepared | None, same: int) -> _Prepared:
+        """``_prepare`` of a prompt from the full blocks it shares with ``earlier`` (the first
+        ``same`` tokens equal by construction), the others hashed and encoded, or found in the
+        cache of recent blocks."""
+        n, bs = len(key), self._bs
+        full = n // bs
         members, nodes, packed, digests = [], [], [], []
         shared = 0  # full blocks taken from the earlier prompt
-        same = 0  # tokens known equal to the earlier prompt's by construction (query.derived)
         if earlier is None:
             chain = [self._root(scope)]
         else:
             limit = min(full, len(earlier.toks) // bs)
-            if origin is not None and origin[0] is earlier.toks:
-                same = origin[1]
             shared = _common_blocks(key, earlier.toks, bs, limit, min(same // bs, limit))
             chain = earlier.chain[: shared + 1]
             members = earlier.members[:shared]
@@ -472,57 +517,24 @@ class RedisIndex:
                 fresh.append((step, got))
             chain.append(got[0])
             members.append(got[1])
-        # The same full blocks as the earlier prompt, and a partial block after them as it had (a
-        # conversation's turn that filled no block): every list but the members is the earlier's.
-        alike = (
-            earlier is not None and shared == full and len(earlier.members) == full + 1 == len(earlier.chain)
-        )
         if n > full * bs:
-            kept = 0  # tokens of the earlier prompt's partial block this one starts with
             if earlier is not None and shared == full and len(earlier.members) > full:
-                kept = _common_tokens(key, earlier.toks, full * bs, same) - full * bs
-            head = earlier.members[full][: kept * _GROUP] if earlier is not None and kept else b""
-            # Only the tokens past those (a frozen sequence's slice is a tuple).
-            members.append(head + self._groups(chain[full], key[full * bs + kept :], start=kept))
-        else:
-            alike = False
+                members.append(self._partial(key, earlier, full, same))
+            else:
+                members.append(self._groups(chain[full], key[full * bs :]))
         if fresh:
             with self._blocks_lock:
                 cache.update(fresh)
                 _trim(cache, _BLOCK_CACHE)
-        if alike:
-            assert earlier is not None
-            # The earlier's fields but two (``_replace`` costs several times the constructor).
-            e = earlier
-            prepared = _Prepared(
-                scope, key, e.root, e.chain, members, e.nodes, e.values, e.packed, e.digests, e.keys, e.blob
-            )
-        else:
-            tag = b"%s:{%s}:" % (self._ns, root.hex().encode())
-            new = [tag + b"n:" + chain[k] for k in range(len(nodes), len(members))]
-            nodes.extend(new)
-            packed.extend(map(bulk, new))
-            packed.append(bulk(tag + b"v"))
-            digests.extend(c[:_FIELD] for c in chain[shared + 1 : full + 1])
-            one = len(members) <= _CHUNK
-            joined, blob = (b"".join(packed), b"".join(digests)) if one else (b"", b"")
-            prepared = _Prepared(
-                scope, key, root, chain, members, nodes, tag + b"v", packed, digests, joined, blob
-            )
-        self._last.value = prepared
-        with self._blocks_lock:
-            self._scopes[scope] = prepared
-            self._scopes.move_to_end(scope)
-            while len(self._scopes) > _SCOPES:
-                self._scopes.popitem(last=False)
-            if is_frozen(toks):  # the caller's own tuple or rope: its id is that of the one kept
-                old = self._by_toks.pop(id(key), None)
-                self._by_toks[id(key)] = prepared
-                self._by_toks_tokens += n - (len(old.toks) if old is not None else 0)
-                while len(self._by_toks) > _BY_TOKS or self._by_toks_tokens > _BY_TOKS_TOKENS:
-                    _, gone = self._by_toks.popitem(last=False)
-                    self._by_toks_tokens -= len(gone.toks)
-        return prepared
+        tag = b"%s:{%s}:" % (self._ns, root.hex().encode())
+        new = [tag + b"n:" + chain[k] for k in range(len(nodes), len(members))]
+        nodes.extend(new)
+        packed.extend(map(bulk, new))
+        packed.append(bulk(tag + b"v"))
+        digests.extend(c[:_FIELD] for c in chain[shared + 1 : full + 1])
+        one = len(members) <= _CHUNK
+        joined, blob = (b"".join(packed), b"".join(digests)) if one else (b"", b"")
+        return _Prepared(scope, key, root, chain, members, nodes, tag + b"v", packed, digests, joined, blob)
 
     def _known(self, digests: Sequence[bytes]) -> None:
         """Full blocks now known to be in Redis (written, or walked: their members are there)."""
