@@ -208,28 +208,40 @@ def _conversation() -> list[bytes]:
     return bodies
 
 
-def _analysed(engine: Engine, reader: ConversationReader, bodies: list[bytes], r: int) -> list[float]:
-    """The analysing thread's CPU time of each turn of conversation ``r`` (tenant ``t{r}``)."""
+def _analysed(
+    engine: Engine,
+    reader: ConversationReader,
+    bodies: list[bytes],
+    r: int,
+    after: Callable[[], object] | None = None,
+) -> list[float]:
+    """The analysing thread's CPU time of each turn of conversation ``r`` (tenant ``t{r}``);
+    ``after`` runs after each, untimed."""
     cpu = []
     for turn, raw in enumerate(bodies):
         prompt = reader.parse(reader.load(raw, tenant=f"t{r}"), "openai-chat", tenant=f"t{r}")
         c0 = time.thread_time()
         engine.analyse(prompt, tenant=f"t{r}", now=1000.0 + 100 * r + turn)
         cpu.append(time.thread_time() - c0)
+        if after is not None:
+            after()
     return cpu
 
 
-def split_row(url: str, rounds: int) -> tuple[float, float, float, float]:
-    """CPU p50 of ``Engine.analyse`` on what the proxy ships (``open_index``) live and with Redis'
-    replies replayed, each with the in-memory one's, their conversations alternating: (memory, live,
-    memory, replayed). The live run's replies are recorded; then a fresh engine makes the same
-    calls in the same order, its channel sending nothing and reading the recorded replies. The
-    replayed run is the client's own Python (the prompt's blocks, the script calls, the channel,
-    the merge with the mirror); what the live one adds is the sends, the reads and what waking
-    Redis costs the sender. Free of the I/O's noise, the replayed ratio tells two versions of the
-    client's code apart in one sitting."""
+def split_row(url: str, rounds: int) -> dict[str, tuple[float, float]]:
+    """CPU p50 of ``Engine.analyse`` on what the proxy ships (``open_index``), each beside the
+    in-memory one's (their conversations alternating): live; with Redis' replies replayed and
+    nothing sent; and replayed with a PING sent to Redis in place of an analysis' first send (its
+    lookup, the one send of the live run that finds Redis idle). The live run's replies are
+    recorded; then a fresh engine makes the same calls in the same order, its channel reading the
+    recorded replies. "replayed" is the client's own Python (the prompt's blocks, the script
+    calls, the channel, the merge with the mirror): free of the I/O's noise, it tells two versions
+    of that code apart in one sitting. "replayed + PING" adds what waking an idle Redis costs the
+    sender, and nothing of Redis' work (the PONGs are read after each analysis, untimed)."""
+    import socket
     from unittest import mock
 
+    import redis
     from cachewarden.proxy.engine.index import redis_writes
     from cachewarden.proxy.engine.index.open_index import open_index
 
@@ -242,35 +254,56 @@ def split_row(url: str, rounds: int) -> tuple[float, float, float, float]:
         replies.append(reply)
         return reply
 
-    def alternating(engine: Engine) -> tuple[float, float]:
-        memory_engine, memory_reader, reader = (
-            Engine(index=MemoryIndex(), wide_index=MemoryIndex()),
-            ConversationReader(),
-            ConversationReader(),
-        )
+    def alternating(engine: Engine, after: Callable[[], object] | None = None) -> tuple[float, float]:
+        memory_engine = Engine(index=MemoryIndex(), wide_index=MemoryIndex())
+        memory_reader, reader = ConversationReader(), ConversationReader()
         memory: list[float] = []
         theirs: list[float] = []
         for r in range(rounds):
             memory += _analysed(memory_engine, memory_reader, bodies, r)
-            theirs += _analysed(engine, reader, bodies, r)
+            theirs += _analysed(engine, reader, bodies, r, after)
         return statistics.median(memory), statistics.median(theirs)
 
+    rows: dict[str, tuple[float, float]] = {}
     with mock.patch.object(redis_writes.Channel, "_reply", recorded):
         live_engine = Engine(index=open_index(url), wide_index=MemoryIndex())
         live_engine.index.clear()
-        memory_live, live = alternating(live_engine)
+        rows["live"] = alternating(live_engine)
         live_engine.index.clear()
-    pending = iter(replies)  # the clear() after the run read a few more: never asked for
-    # Another database of the same server: a channel of its own (channels are shared per server).
-    replay_url = url.rsplit("/", 1)[0] + "/1"
-    with (
-        mock.patch.object(redis_writes, "_send_all", lambda conn, data: None),
-        mock.patch.object(redis_writes.Channel, "_reply", lambda chan: next(pending)),
-    ):
-        memory_replayed, replayed = alternating(
-            Engine(index=open_index(replay_url), wide_index=MemoryIndex())
-        )
-    return memory_live, live, memory_replayed, replayed
+    kw = redis.Redis.from_url(url).connection_pool.connection_kwargs
+    with socket.create_connection((kw["host"], kw["port"])) as pinged:
+        pinged.setblocking(False)
+
+        first = [True]
+
+        def ping(conn: Any, data: bytes) -> None:
+            if first[0]:
+                os.write(pinged.fileno(), b"PING\r\n")
+                first[0] = False
+
+        def pongs() -> None:
+            first[0] = True
+            try:
+                while pinged.recv(65536):
+                    pass
+            except BlockingIOError:
+                pass
+
+        sends: list[Callable[[Any, bytes], object]] = [
+            lambda conn, data: None,
+            ping,
+        ]
+        for db, (name, send) in enumerate(zip(("replayed", "replayed + PING"), sends, strict=True), 1):
+            pending = iter(replies)  # the clear() after the live run read a few more: never asked for
+            # Another database of the same server: a channel of its own (one is shared per server).
+            other = url.rsplit("/", 1)[0] + f"/{db}"
+            with (
+                mock.patch.object(redis_writes, "_send_all", send),
+                mock.patch.object(redis_writes.Channel, "_reply", lambda chan, it=pending: next(it)),
+            ):
+                engine = Engine(index=open_index(other), wide_index=MemoryIndex())
+                rows[name] = alternating(engine, pongs if db == 2 else None)
+    return rows
 
 
 def engine_rows(
@@ -376,12 +409,11 @@ def main(argv: list[str] | None = None) -> int:
             "redis+local": lambda: open_index(url),
         }
         if opts.split:
-            memory, live, memory_replayed, replayed = split_row(url, opts.rounds)
             head = f"engine.analyse CPU p50, {opts.rounds} conversations each, ms"
-            print(f"\n{head}   (replayed: Redis' replies replayed, no I/O: the client's Python)")
-            for name, theirs, beside in (("live", live, memory), ("replayed", replayed, memory_replayed)):
+            print(f"\n{head}   (replayed: Redis' replies replayed, nothing sent: the client's Python)")
+            for name, (beside, theirs) in split_row(url, opts.rounds).items():
                 print(
-                    f"redis+local {name:<10} {theirs * 1e3:.3f}   memory beside it {beside * 1e3:.3f}"
+                    f"redis+local {name:<16} {theirs * 1e3:.3f}   memory beside it {beside * 1e3:.3f}"
                     f"   ×mem {theirs / beside:.2f}"
                 )
             return 0
