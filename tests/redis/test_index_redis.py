@@ -583,7 +583,47 @@ def test_a_prompt_built_from_the_previous_one_is_prepared_as_from_scratch(
             derived(toks, before, min(len(toks), len(before)) if shared is None else shared)
         got = warm._prepare("scope", toks)
         want = RedisIndex(redis.Redis(port=1), block_size=block_size, secret=b"s")._prepare("scope", toks)
-        assert (got.chain, got.members, got.nodes) == (want.chain, want.members, want.nodes)
+        assert _prepared_fields(got) == _prepared_fields(want)
+
+
+def _prepared_fields(prep: Any) -> tuple[Any, ...]:
+    """What a prepared prompt sends: every field but the prompt itself."""
+    return (
+        prep.root,
+        prep.chain,
+        prep.members,
+        prep.nodes,
+        prep.values,
+        prep.packed,
+        prep.digests,
+        prep.keys,
+        prep.blob,
+    )
+
+
+def test_a_turns_write_through_stored_blocks_is_the_general_one() -> None:
+    # Every full block known stored: the write is built without a pass over the blocks; its
+    # arguments and bytes are those the general construction makes (which a prompt with a block
+    # not known stored takes). No server needed: nothing is sent.
+    index = RedisIndex(redis.Redis(port=1), block_size=4, secret=b"s", write_behind=True)
+    try:
+        for toks in ((*range(1, 12),), (*range(1, 13),), (5,), (*range(1, 9),)):
+            prep = index._prepare("scope", toks)
+            index._known(prep.digests)
+            fast = index._writes_of(prep, 2.5, "entry", 300.0)
+            general = index._writes_of(prep._replace(keys=b""), 2.5, "entry", 300.0)
+            assert len(fast) == len(general) == 1
+            assert (fast[0].keys, fast[0].args, fast[0].groups) == (
+                general[0].keys,
+                general[0].args,
+                general[0].groups,
+            )
+            assert fast[0].resp == general[0].resp
+            assert fast[0].args[6] == b"-" * len(prep.digests) + b"g" * (
+                len(prep.members) - len(prep.digests)
+            )
+    finally:
+        index.close()
 
 
 def test_an_insert_asked_with_its_lookup_follows_it(redis_url: str, redis_server: Any) -> None:
@@ -631,7 +671,7 @@ def test_interleaved_conversations_of_one_scope_are_prepared_as_from_scratch(
         derived(toks, before, len(before) - 1)
         got = warm._prepare("scope", toks)
         want = RedisIndex(redis.Redis(port=1), block_size=4, secret=b"s")._prepare("scope", toks)
-        assert (got.chain, got.members, got.nodes) == (want.chain, want.members, want.nodes)
+        assert _prepared_fields(got) == _prepared_fields(want)
         last[first] = toks
 
 
