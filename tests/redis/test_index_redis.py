@@ -626,6 +626,30 @@ def test_a_turns_write_through_stored_blocks_is_the_general_one() -> None:
         index.close()
 
 
+def test_a_one_call_prompts_lookup_and_write_are_what_redis_py_sends() -> None:
+    # A prompt of one call a script on a channel has its calls put together from pieces made once
+    # a chain of blocks (a conversation's turns that fill no block share them): the bytes must be
+    # redis-py's for the same command, with a partial block or without, before and after a turn.
+    from cachewarden.proxy.engine.index.query import derived
+
+    index = RedisIndex(redis.Redis(port=1), block_size=4, secret=b"s", write_behind=True)
+    pack = redis.Connection().pack_command
+    try:
+        before: tuple[int, ...] = ()
+        for toks in ((*range(1, 10),), (*range(1, 11),), (*range(1, 13),), (7,), (7, 8, 9, 10)):
+            if before and toks[: len(before)] == before:
+                derived(toks, before, len(before))
+            prep = index._prepare("scope", toks)
+            index._known(prep.digests)
+            calls = [next(index._walk("scope", toks, 3.0, 300))[0], *index._writes_of(prep, 2.5, "e", None)]
+            assert prep.packs is not None
+            for c in calls:
+                assert c.resp == b"".join(pack("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args))
+            before = toks
+    finally:
+        index.close()
+
+
 def test_an_insert_asked_with_its_lookup_follows_it(redis_url: str, redis_server: Any) -> None:
     # Lookup.then_insert on the shared index: the joint lookups are answered first (they never
     # see the inserts), then each insert is sent (behind them on the channel).

@@ -208,6 +208,13 @@ def _resp(script: Script, keys: bytes, n: int, args: Sequence[bytes | str | int 
     )
 
 
+def _tail(members: list[bytes]) -> list[bytes]:
+    """The last member as the last argument of a call in RESP, in pieces (joined once, with the
+    rest of the call)."""
+    last = members[-1]
+    return [b"$%d\r\n" % len(last), last, b"\r\n"]
+
+
 def _threshold(now: float, ttl: float) -> float:
     return -math.inf if ttl <= 0 else now - ttl
 
@@ -220,6 +227,19 @@ class _Record:
         self.last_seen = float(ts)
         self.tokens = int(n)
         self.entry_id = eid.decode()
+
+
+class _Packs(NamedTuple):
+    """A one-call prompt's LOOKUP and (all full blocks stored) WRITE in RESP but for what changes
+    from one request to the next: the threshold, the write's value and time, the partial block's
+    member (``partial``: whether it has one). Made once a chain of blocks: a conversation's turns
+    that fill no block share them."""
+
+    lookup_head: bytes  # up to the first argument (the live threshold)
+    lookup_mid: bytes  # from the second to the full blocks' given members
+    write_head: bytes  # up to the first argument (the value)
+    write_mid: bytes  # the digests and the mask
+    partial: bool
 
 
 class _Prepared(NamedTuple):
@@ -236,6 +256,7 @@ class _Prepared(NamedTuple):
     digests: list[bytes]  # the 8-byte digest of each full block (its values field)
     keys: bytes  # ``packed`` joined, when the prompt's calls are one call each (else empty)
     blob: bytes  # ``digests`` joined, when the prompt's calls are one call each (else empty)
+    packs: _Packs | None  # when the prompt's calls are one call each, on a channel
 
     def keys_of(self, ks: range) -> tuple[bytes, int]:
         """The packed keys of the call over blocks ``ks`` (their nodes, then the values hash), and
@@ -319,6 +340,7 @@ class RedisIndex:
         self._scan = max(scan_limit, 1)
         self._memo: dict[int | bytes, bytes] = {}
         self._retentions: dict[float | None, tuple[int, str]] = {}
+        self._kept_resp: dict[tuple[int, str], bytes] = {}
         self._masks: dict[int, int] = {}
         # (parent digest, a few tokens) -> (chain digest, member bytes, tokens) of a full block: a
         # conversation's next turn re-sends the same blocks, so each is encoded and hashed once and
@@ -456,7 +478,18 @@ class RedisIndex:
             e = earlier
             members = [*e.members[:full], self._partial(key, e, full, same)]
             prepared = _Prepared(
-                scope, key, e.root, e.chain, members, e.nodes, e.values, e.packed, e.digests, e.keys, e.blob
+                scope,
+                key,
+                e.root,
+                e.chain,
+                members,
+                e.nodes,
+                e.values,
+                e.packed,
+                e.digests,
+                e.keys,
+                e.blob,
+                e.packs,
             )
         else:
             prepared = self._prepared(scope, key, earlier, same)
@@ -534,7 +567,24 @@ class RedisIndex:
         digests.extend(c[:_FIELD] for c in chain[shared + 1 : full + 1])
         one = len(members) <= _CHUNK
         joined, blob = (b"".join(packed), b"".join(digests)) if one else (b"", b"")
-        return _Prepared(scope, key, root, chain, members, nodes, tag + b"v", packed, digests, joined, blob)
+        packs = self._packs(members, len(packed), joined, blob, n > full * bs) if one and self._chan else None
+        return _Prepared(
+            scope, key, root, chain, members, nodes, tag + b"v", packed, digests, joined, blob, packs
+        )
+
+    def _packs(self, members: list[bytes], n: int, keys: bytes, blob: bytes, partial: bool) -> _Packs:
+        """``_Packs`` of a one-call prompt: its ``n`` keys packed and joined, its digests joined."""
+        given = members[-_GIVEN:]
+        fixed = given[:-1] if partial else given  # the full blocks' members: the chain's
+        lookup_mid = b"".join([argument(self._scan), argument(len(given)), bulk(blob), *map(bulk, fixed)])
+        mask = b"%c" % _LEFT_MASK * (len(members) - partial) + b"%c" % _GIVEN_MASK * partial
+        return _Packs(
+            b"*%d\r\n" % (7 + n + len(given)) + _HEADS[LOOKUP] + bulk(b"%d" % n) + keys,
+            lookup_mid,
+            b"*%d\r\n" % (10 + n + partial) + _HEADS[WRITE] + bulk(b"%d" % n) + keys,
+            bulk(blob) + bulk(mask),
+            partial,
+        )
 
     def _known(self, digests: Sequence[bytes]) -> None:
         """Full blocks now known to be in Redis (written, or walked: their members are there)."""
@@ -573,6 +623,15 @@ class RedisIndex:
             got = max(1, math.ceil(keep * 1000)), repr(keep)
             if len(self._retentions) < _RETENTIONS:
                 self._retentions[ttl] = got
+        return got
+
+    def _kept(self, px: int, keep: str) -> bytes:
+        """A WRITE's expiry, retention and sweep threshold arguments in RESP (a few TTLs a deployment)."""
+        got = self._kept_resp.get((px, keep))
+        if got is None:
+            got = b"".join(map(argument, (px, keep, self._sweep)))
+            if len(self._kept_resp) < _RETENTIONS:
+                self._kept_resp[px, keep] = got
         return got
 
     # -- Redis calls --------------------------------------------------------------------------------
@@ -738,7 +797,10 @@ class RedisIndex:
             blob = prep.blob if prep.keys else b"".join(digests[ks.start : min(ks.stop, full)])
             args: list[bytes | str | int | float] = [t, self._scan, len(given), blob, *given]
             resp = None
-            if self._chan is not None:
+            if (packs := prep.packs) is not None:
+                tail = _tail(members) if packs.partial else []
+                resp = b"".join([packs.lookup_head, bulk(t.encode()), packs.lookup_mid, *tail])
+            elif self._chan is not None:
                 resp = _resp(LOOKUP, *prep.keys_of(ks), args)
             call = Call(LOOKUP, [*keys, prep.values], args, None, resp)
             held, value, stop, dead, dead_live, need_stop, need_dead = (yield [call])[0]
@@ -830,7 +892,19 @@ class RedisIndex:
             # bytes go (a check in C, not a pass over the blocks in Python).
             mask = b"%c" % _LEFT_MASK * full + b"%c" % _GIVEN_MASK * (len(members) - full)
             args: list[bytes | str | int | float] = [*head, prep.blob, mask, *members[full:]]
-            resp = _resp(WRITE, prep.keys, len(prep.packed), args) if self._chan is not None else None
+            resp = None
+            if (packs := prep.packs) is not None:
+                tail = _tail(members) if packs.partial else []
+                parts = [
+                    packs.write_head,
+                    bulk(value),
+                    bulk(at.encode()),
+                    self._kept(px, keep),
+                    packs.write_mid,
+                ]
+                resp = b"".join([*parts, *tail])
+            elif self._chan is not None:
+                resp = _resp(WRITE, prep.keys, len(prep.packed), args)
             keys = [*prep.nodes, prep.values]
             return [Call(WRITE, keys, args, members, resp)]
         sent = [m if k >= full or digests[k] not in stored else b"" for k, m in enumerate(members)]
