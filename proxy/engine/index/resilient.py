@@ -74,8 +74,12 @@ def _sent_early(write: tuple[int, ResilientIndex, Lookup, Insert], local: Match 
     early = getattr(w.index, "insert_during_lookup", None)
     if early is None or local is None or not index.healthy:
         return False
-    ok, sent = index._call("insert", functools.partial(early, w.scope, w.tokens, local, ins))
-    return not ok or bool(sent)
+    # Healthy: ``_call`` without its health check (an insert sent or failed is not sent again).
+    try:
+        return bool(early(w.scope, w.tokens, local, ins))
+    except Exception:
+        index._failed("insert")
+        return True
 
 
 class ResilientIndex:
