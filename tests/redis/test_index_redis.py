@@ -650,6 +650,124 @@ def test_a_one_call_prompts_lookup_and_write_are_what_redis_py_sends() -> None:
         index.close()
 
 
+def test_a_walks_own_end_is_its_answer_and_any_other_stop_iteration_an_error(
+    redis_url: str, redis_server: Any
+) -> None:
+    # One walk on a channel: a StopIteration raised by the caller's ``meanwhile`` (or the channel)
+    # is an error of the call, never taken for the walk's end (which would answer None).
+    from cachewarden.proxy.engine.index.base import Lookup
+
+    index = _index(redis_server, block_size=4, write_behind=True)
+    try:
+        toks = tuple(range(10))
+        index.insert("s", toks, now=0)
+        index.flush()
+        (got,) = index.lookup_many([Lookup(index, "s", toks, 0)], now=1, meanwhile=lambda: None)
+        assert got.held_prefix_tokens == 10
+
+        def leaks() -> None:
+            next(iter(()))
+
+        with pytest.raises(StopIteration):
+            index.lookup_many([Lookup(index, "s", toks, 0)], now=1, meanwhile=leaks)
+    finally:
+        index.close()
+
+
+def test_a_channels_write_replies_record_blocks_and_resend_what_redis_lost(
+    redis_url: str, redis_server: Any
+) -> None:
+    # On a channel a write's reply is read by a later call: blocks it wrote with their bytes are
+    # then known stored (the next write leaves their bytes out), and blocks a write left out that
+    # Redis lost are sent again with their bytes, so another replica finds them exactly.
+    index = _index(redis_server, block_size=4, write_behind=True)
+    other = _index(redis_server, block_size=4)
+    try:
+        with redis_server.client() as c:
+            c.flushall()
+        toks = list(range(1, 23))
+        index.insert("s", toks, now=0)
+        index.flush()
+        digests = index._prepare("s", toks).digests
+        assert all(d in index._stored for d in digests)
+        (write,) = index._writes_of(index._prepare("s", [*toks, 99]), 1.0, "e", None)
+        assert write.args[6] == b"-" * len(digests) + b"g"  # the stored blocks' bytes left out
+        with redis_server.client() as c:
+            c.flushall()
+        eid = index.insert("s", [*toks, 99], now=1)
+        index.flush()  # reads the reply (the lost blocks), sends them again, reads that reply
+        assert _t(other.lookup("s", [*toks[:10], 7, 7, 7], now=2, ttl=0)) == (10, 10, eid, 23, 1.0)
+        assert _t(other.lookup("s", [*toks, 99, 5], now=2, ttl=0)) == (23, 23, eid, 23, 1.0)
+    finally:
+        index.close()
+        other.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    start=st.lists(st.integers(0, 20), max_size=30),
+    turns=st.lists(
+        st.tuples(st.integers(0, 40), st.lists(st.integers(0, 20), max_size=9), st.booleans(), st.booleans()),
+        max_size=10,
+    ),
+    block_size=st.sampled_from([1, 2, 3, 4, 8]),
+    scan=st.sampled_from([1, 7, 256]),
+    sweep=st.sampled_from([0, 5, 4096]),
+)
+def test_a_channels_prepared_turns_and_their_calls_are_as_from_scratch(
+    start: list[int],
+    turns: list[tuple[int, list[int], bool, bool]],
+    block_size: int,
+    scan: int,
+    sweep: int,
+) -> None:
+    # With a channel a prepared prompt also holds its calls' pieces (``packs``): over turns cut and
+    # extended, with the counter's hint or not, blocks known stored or not, every field equals a
+    # fresh index's, and every lookup and write is the bytes redis-py packs. No server needed.
+    from cachewarden.proxy.engine.index.query import derived
+
+    kw: dict[str, Any] = {
+        "block_size": block_size,
+        "secret": b"s",
+        "write_behind": True,
+        "scan_limit": scan,
+        "sweep_fields": sweep,
+    }
+    pack = redis.Connection().pack_command
+    warm = RedisIndex(redis.Redis(port=1), **kw)
+    try:
+        toks = tuple(start)
+        if toks:
+            warm._prepare("scope", toks)
+        for cut, new, know, hint in turns:
+            before = toks
+            toks = (*before[: len(before) - cut % (len(before) + 1)], *new)
+            if not toks:
+                continue
+            if hint:
+                same = next((i for i, (a, b) in enumerate(zip(toks, before, strict=False)) if a != b), None)
+                derived(toks, before, min(len(toks), len(before)) if same is None else same)
+            got = warm._prepare("scope", toks)
+            fresh = RedisIndex(redis.Redis(port=1), **kw)
+            try:
+                assert (*_prepared_fields(got), got.packs) == (
+                    *_prepared_fields(fresh._prepare("scope", toks)),
+                    fresh._prepare("scope", toks).packs,
+                )
+            finally:
+                fresh.close()
+            if know:
+                warm._known(got.digests)
+            calls = [
+                next(warm._walk("scope", toks, 3.0, 300))[0],
+                *warm._writes_of(got, 2.5, "e", None if know else 300.0),
+            ]
+            for c in calls:
+                assert c.resp == b"".join(pack("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args))
+    finally:
+        warm.close()
+
+
 def test_an_insert_asked_with_its_lookup_follows_it(redis_url: str, redis_server: Any) -> None:
     # Lookup.then_insert on the shared index: the joint lookups are answered first (they never
     # see the inserts), then each insert is sent (behind them on the channel).

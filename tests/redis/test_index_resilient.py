@@ -298,3 +298,42 @@ def test_an_index_without_joint_lookups_inserts_after_its_lookup() -> None:
     (got,) = lookup_many([Lookup(index, "s", TOKS, 0, Insert(now=1, entry_id="now", ttl=None))], now=1)
     assert (got.held_prefix_tokens, got.entry_id) == (6, "before")
     assert index.lookup("s", TOKS, now=2, ttl=0).entry_id == "now"
+
+
+class Early(Overlapping):
+    """A primary that, like RedisIndex on a channel, may send a prompt's insert while its lookup is
+    on its way (``insert_during_lookup``): sends it, declines, or fails, as told."""
+
+    def __init__(self, log: list[str], early: str) -> None:
+        super().__init__(log)
+        self.early = early
+
+    def insert_during_lookup(self, scope: str, tokens: Sequence[int], local: Match, ins: Any) -> bool:
+        self.log.append(f"early {self.early}")
+        if self.early == "fails":
+            raise ConnectionError("connection lost")
+        if self.early == "sends":
+            self.store.insert(scope, tokens, now=ins.now, entry_id=ins.entry_id)
+            return True
+        return False
+
+
+@pytest.mark.parametrize("early", ["sends", "declines", "fails"])
+def test_the_shared_insert_goes_during_the_lookup_or_after_it_once(early: str) -> None:
+    # Sent during the lookup: not sent again after. Declined: sent after the answer. Failed: an
+    # outage of the insert stage, counted once, and not tried again after.
+    from cachewarden.proxy.engine.index.base import Insert, Lookup, lookup_many
+
+    log: list[str] = []
+    primary = Early(log, early)
+    stages: list[str] = []
+    index = ResilientIndex(primary, LoggedMemory(log), clock=Clock(), on_outage=stages.append)
+    then = Insert(now=2, entry_id="this-request", ttl=None)
+    lookup_many([Lookup(index, "s", TOKS, 0, then)], now=2)
+    inserted = primary.store.lookup("s", TOKS, now=3, ttl=0).entry_id
+    assert log[:3] == ["sent", "local", f"early {early}"]
+    if early == "fails":
+        assert (inserted, stages, index.errors_total, primary.calls) == (None, ["insert"], 1, 0)
+    else:
+        assert inserted == "this-request" and stages == [] and index.errors_total == 0
+        assert primary.calls == (1 if early == "declines" else 0)  # the insert after the answer

@@ -759,16 +759,17 @@ class RedisIndex:
     def _run_one(chan: Channel, walk: _Walk, meanwhile: Callable[[], object] | None) -> Match:
         """``_run`` of one walk on a channel (the proxy's lookup): its round trips one after the
         other, ``meanwhile`` while the first is on its way."""
-        try:
-            calls = next(walk)
-            while True:
-                ticket = chan.ask([_command(c) for c in calls])
-                if meanwhile is not None:
-                    meanwhile()
-                    meanwhile = None
-                calls = walk.send(chan.wait(ticket))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        reply: list[Any] | None = None
+        while True:
+            try:  # only the walk's own end: a StopIteration from elsewhere is an error
+                calls = next(walk) if reply is None else walk.send(reply)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            ticket = chan.ask([_command(c) for c in calls])
+            if meanwhile is not None:
+                meanwhile()
+                meanwhile = None
+            reply = chan.wait(ticket)
 
     def _walk(self, scope: str, tokens: Sequence[int], now: float, ttl: float) -> _Walk:
         """A lookup as a generator: yields the script calls of each round trip, gets their answers."""
