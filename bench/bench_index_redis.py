@@ -228,6 +228,18 @@ def _analysed(
     return cpu
 
 
+def _replayed(replies: Iterator[Any]) -> Any:
+    """The next recorded reply (``split_row``): the replayed calls must be the recorded ones."""
+    reply = next(replies, _Missing)
+    if reply is _Missing:
+        raise RuntimeError("the replay asked for more replies than the live run had: its calls differ")
+    return reply
+
+
+class _Missing:
+    """No reply left (``_replayed``)."""
+
+
 def split_row(url: str, rounds: int) -> dict[str, tuple[float, float]]:
     """CPU p50 of ``Engine.analyse`` on what the proxy ships (``open_index``), each beside the
     in-memory one's (their conversations alternating): live; with Redis' replies replayed and
@@ -262,6 +274,10 @@ def split_row(url: str, rounds: int) -> dict[str, tuple[float, float]]:
         for r in range(rounds):
             memory += _analysed(memory_engine, memory_reader, bodies, r)
             theirs += _analysed(engine, reader, bodies, r, after)
+        # An analysis that failed over to the mirror would time the mirror alone.
+        errors = getattr(engine.index, "errors_total", 0)
+        if errors:
+            raise RuntimeError(f"{errors} calls to Redis failed: the figures would be the mirror's")
         return statistics.median(memory), statistics.median(theirs)
 
     rows: dict[str, tuple[float, float]] = {}
@@ -299,7 +315,7 @@ def split_row(url: str, rounds: int) -> dict[str, tuple[float, float]]:
             other = url.rsplit("/", 1)[0] + f"/{db}"
             with (
                 mock.patch.object(redis_writes, "_send_all", send),
-                mock.patch.object(redis_writes.Channel, "_reply", lambda chan, it=pending: next(it)),
+                mock.patch.object(redis_writes.Channel, "_reply", lambda chan, it=pending: _replayed(it)),
             ):
                 engine = Engine(index=open_index(other), wide_index=MemoryIndex())
                 rows[name] = alternating(engine, pongs if db == 2 else None)
