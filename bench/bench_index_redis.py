@@ -31,9 +31,10 @@ redis-server or the redis package. About 30 s on 2 cores, ~15 s more per repeat.
 --rounds 30 --repeat 2``: only memory and what the proxy ships, over more conversations (~10 s):
 run it on two versions of the code one after the other to tell them apart (the ratio moves with
 the machine's load from one sitting to the next more than a small change moves it). ``--split
---rounds 30``: what the proxy ships, live and with Redis' replies replayed with no I/O (``split_row``):
-how much of what Redis adds is the client's own Python, a figure steady enough to compare two
-versions of the code by in one sitting.
+--rounds 40``: what the proxy ships, live, with Redis' replies replayed and nothing sent, and
+replayed with one PING to Redis an analysis (``split_row``): how much of what Redis adds is the
+client's own Python (a figure steady enough to compare two versions of the code by in one
+sitting) and how much waking an idle Redis costs the sender.
 """
 
 from __future__ import annotations
@@ -401,8 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--split",
         action="store_true",
-        help="only what the proxy ships, live and with Redis' replies replayed (no I/O): how much of "
-        "what Redis adds is the client's Python (split_row)",
+        help="only what the proxy ships: live, with Redis' replies replayed (nothing sent: the client's "
+        "Python) and replayed with a PING to Redis an analysis (a wake-up of an idle Redis); split_row",
     )
     opts = parser.parse_args(argv)
     if shutil.which("redis-server") is None:
