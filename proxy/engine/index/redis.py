@@ -203,9 +203,18 @@ def _resp(script: Script, keys: bytes, n: int, args: Sequence[bytes | str | int 
     """An EVALSHA in RESP from its ``n`` keys already packed (``bulk``) and joined: what ``_pack``
     makes of the command, without packing the keys again on every call (most of a call's
     arguments; a prompt's lookup and insert send the same ones)."""
-    return b"".join(
-        [b"*%d\r\n" % (3 + n + len(args)), _HEADS[script], bulk(b"%d" % n), keys, *map(argument, args)]
-    )
+    return b"".join([_head(script, keys, n, len(args)), *map(argument, args)])
+
+
+def _head(script: Script, keys: bytes, n: int, args: int) -> bytes:
+    """An EVALSHA of ``args`` arguments in RESP up to its first argument, its ``n`` keys packed and
+    joined (``keys``)."""
+    return b"*%d\r\n" % (3 + n + args) + _HEADS[script] + bulk(b"%d" % n) + keys
+
+
+def _stored_mask(full: int, partial: bool) -> bytes:
+    """A WRITE's mask when every full block is stored: their bytes left out, a partial block's given."""
+    return b"%c" % _LEFT_MASK * full + b"%c" % _GIVEN_MASK * partial
 
 
 def _tail(members: list[bytes]) -> list[bytes]:
@@ -339,8 +348,7 @@ class RedisIndex:
         self._sweep = max(sweep_fields, 0)
         self._scan = max(scan_limit, 1)
         self._memo: dict[int | bytes, bytes] = {}
-        self._retentions: dict[float | None, tuple[int, str]] = {}
-        self._kept_resp: dict[tuple[int, str], bytes] = {}
+        self._retentions: dict[float | None, tuple[int, str, bytes]] = {}
         self._masks: dict[int, int] = {}
         # (parent digest, a few tokens) -> (chain digest, member bytes, tokens) of a full block: a
         # conversation's next turn re-sends the same blocks, so each is encoded and hashed once and
@@ -577,12 +585,11 @@ class RedisIndex:
         given = members[-_GIVEN:]
         fixed = given[:-1] if partial else given  # the full blocks' members: the chain's
         lookup_mid = b"".join([argument(self._scan), argument(len(given)), bulk(blob), *map(bulk, fixed)])
-        mask = b"%c" % _LEFT_MASK * (len(members) - partial) + b"%c" % _GIVEN_MASK * partial
         return _Packs(
-            b"*%d\r\n" % (7 + n + len(given)) + _HEADS[LOOKUP] + bulk(b"%d" % n) + keys,
+            _head(LOOKUP, keys, n, 4 + len(given)),
             lookup_mid,
-            b"*%d\r\n" % (10 + n + partial) + _HEADS[WRITE] + bulk(b"%d" % n) + keys,
-            bulk(blob) + bulk(mask),
+            _head(WRITE, keys, n, 7 + partial),
+            bulk(blob) + bulk(_stored_mask(len(members) - partial, partial)),
             partial,
         )
 
@@ -613,25 +620,18 @@ class RedisIndex:
     def _key_of(self, root: bytes, kind: bytes, node: bytes) -> bytes:
         return b"%s:{%s}:%s:%s" % (self._ns, root.hex().encode(), kind, node)
 
-    def _retention_ms(self, ttl: float | None) -> tuple[int, str]:
-        """Key expiry for a scope of TTL ``ttl``: in ms, and in seconds as a script reads it. Kept
-        for the few TTLs a deployment has (each write asks)."""
+    def _retention_ms(self, ttl: float | None) -> tuple[int, str, bytes]:
+        """Key expiry for a scope of TTL ``ttl``: in ms, in seconds as a script reads it, and a
+        WRITE's three arguments from there (expiry, retention, sweep threshold) in RESP. Kept for
+        the few TTLs a deployment has (each write asks)."""
         got = self._retentions.get(ttl)
         if got is None:
             keep = self._max_age if ttl is None or ttl <= 0 else min(self._max_age, ttl + self._window)
             keep = max(keep, 0.001)
-            got = max(1, math.ceil(keep * 1000)), repr(keep)
+            px, seconds = max(1, math.ceil(keep * 1000)), repr(keep)
+            got = px, seconds, b"".join(map(argument, (px, seconds, self._sweep)))
             if len(self._retentions) < _RETENTIONS:
                 self._retentions[ttl] = got
-        return got
-
-    def _kept(self, px: int, keep: str) -> bytes:
-        """A WRITE's expiry, retention and sweep threshold arguments in RESP (a few TTLs a deployment)."""
-        got = self._kept_resp.get((px, keep))
-        if got is None:
-            got = b"".join(map(argument, (px, keep, self._sweep)))
-            if len(self._kept_resp) < _RETENTIONS:
-                self._kept_resp[px, keep] = got
         return got
 
     # -- Redis calls --------------------------------------------------------------------------------
@@ -879,7 +879,7 @@ class RedisIndex:
     def _writes_of(self, prep: _Prepared, now: float, eid: str, ttl: float | None) -> list[Call]:
         """The WRITE calls that store ``prep`` (one per ``_CHUNK`` blocks)."""
         members, digests = prep.members, prep.digests
-        px, keep = self._retention_ms(ttl)
+        px, keep, kept = self._retention_ms(ttl)
         at = repr(now)
         value = b"%s %d %s" % (at.encode(), len(prep.toks), eid.encode())
         head: list[bytes | str | int] = [value, at, px, keep, self._sweep]
@@ -891,21 +891,14 @@ class RedisIndex:
         if prep.keys and all(map(stored.__contains__, digests)):
             # The usual turn of a conversation: every full block is stored, only the partial one's
             # bytes go (a check in C, not a pass over the blocks in Python).
-            mask = b"%c" % _LEFT_MASK * full + b"%c" % _GIVEN_MASK * (len(members) - full)
+            mask = _stored_mask(full, len(members) > full)
             args: list[bytes | str | int | float] = [*head, prep.blob, mask, *members[full:]]
             resp = None
-            if (packs := prep.packs) is not None:
+            if (packs := prep.packs) is not None:  # a one-call prompt on a channel
                 tail = _tail(members) if packs.partial else []
-                parts = [
-                    packs.write_head,
-                    bulk(value),
-                    bulk(at.encode()),
-                    self._kept(px, keep),
-                    packs.write_mid,
-                ]
-                resp = b"".join([*parts, *tail])
-            elif self._chan is not None:
-                resp = _resp(WRITE, prep.keys, len(prep.packed), args)
+                resp = b"".join(
+                    [packs.write_head, bulk(value), bulk(at.encode()), kept, packs.write_mid, *tail]
+                )
             keys = [*prep.nodes, prep.values]
             return [Call(WRITE, keys, args, members, resp)]
         sent = [m if k >= full or digests[k] not in stored else b"" for k, m in enumerate(members)]
@@ -967,7 +960,7 @@ class RedisIndex:
             return
         if not math.isfinite(now):
             raise ValueError(f"now must be a finite time (got {now!r})")
-        px, _ = self._retention_ms(ttl)
+        px, _, _ = self._retention_ms(ttl)
         keys = [k for k, _, _ in groups]
         args: list[bytes | str | int | float] = [
             repr(now),
