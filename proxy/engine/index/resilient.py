@@ -74,12 +74,8 @@ def _sent_early(write: tuple[int, ResilientIndex, Lookup, Insert], local: Match 
     early = getattr(w.index, "insert_during_lookup", None)
     if early is None or local is None or not index.healthy:
         return False
-    # Healthy: ``_call`` without its health check (an insert sent or failed is not sent again).
-    try:
-        return bool(early(w.scope, w.tokens, local, ins))
-    except Exception:
-        index._failed("insert")
-        return True
+    ok, sent = index._call("insert", functools.partial(early, w.scope, w.tokens, local, ins))
+    return not ok or bool(sent)  # an insert sent or failed is not sent again
 
 
 class ResilientIndex:
