@@ -231,14 +231,12 @@ def _analysed(
 
 def _replayed(replies: Iterator[Any]) -> Any:
     """The next recorded reply (``split_row``): the replayed calls must be the recorded ones."""
-    reply = next(replies, _Missing)
-    if reply is _Missing:
-        raise RuntimeError("the replay asked for more replies than the live run had: its calls differ")
-    return reply
-
-
-class _Missing:
-    """No reply left (``_replayed``)."""
+    try:
+        return next(replies)
+    except StopIteration:
+        raise RuntimeError(
+            "the replay asked for more replies than the live run had: its calls differ"
+        ) from None
 
 
 def split_row(url: str, rounds: int) -> dict[str, tuple[float, float]]:
@@ -306,11 +304,11 @@ def split_row(url: str, rounds: int) -> dict[str, tuple[float, float]]:
             except BlockingIOError:
                 pass
 
-        sends: list[Callable[[Any, bytes], object]] = [
-            lambda conn, data: None,
-            ping,
+        replays: list[tuple[str, Callable[[Any, bytes], object], Callable[[], None] | None]] = [
+            ("replayed", lambda conn, data: None, None),
+            ("replayed + PING", ping, pongs),
         ]
-        for db, (name, send) in enumerate(zip(("replayed", "replayed + PING"), sends, strict=True), 1):
+        for db, (name, send, after) in enumerate(replays, 1):
             pending = iter(replies)  # the clear() after the live run read a few more: never asked for
             # Another database of the same server: a channel of its own (one is shared per server).
             other = url.rsplit("/", 1)[0] + f"/{db}"
@@ -319,7 +317,7 @@ def split_row(url: str, rounds: int) -> dict[str, tuple[float, float]]:
                 mock.patch.object(redis_writes.Channel, "_reply", lambda chan, it=pending: _replayed(it)),
             ):
                 engine = Engine(index=open_index(other), wide_index=MemoryIndex())
-                rows[name] = alternating(engine, pongs if db == 2 else None)
+                rows[name] = alternating(engine, after)
     return rows
 
 
