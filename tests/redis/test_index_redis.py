@@ -586,6 +586,13 @@ def test_a_prompt_built_from_the_previous_one_is_prepared_as_from_scratch(
         assert _prepared_fields(got) == _prepared_fields(want)
 
 
+def _assert_packed_as_redis_py(calls: list[Any]) -> None:
+    """Each call the index packed itself is the bytes redis-py sends for the same command."""
+    pack = redis.Connection().pack_command
+    for c in calls:
+        assert c.resp == b"".join(pack("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args))
+
+
 def _prepared_fields(prep: Any) -> tuple[Any, ...]:
     """What a prepared prompt sends: every field but the prompt itself."""
     return (
@@ -633,7 +640,6 @@ def test_a_one_call_prompts_lookup_and_write_are_what_redis_py_sends() -> None:
     from cachewarden.proxy.engine.index.query import derived
 
     index = RedisIndex(redis.Redis(port=1), block_size=4, secret=b"s", write_behind=True)
-    pack = redis.Connection().pack_command
     try:
         before: tuple[int, ...] = ()
         for toks in ((*range(1, 10),), (*range(1, 11),), (*range(1, 13),), (7,), (7, 8, 9, 10)):
@@ -643,8 +649,7 @@ def test_a_one_call_prompts_lookup_and_write_are_what_redis_py_sends() -> None:
             index._known(prep.digests)
             calls = [next(index._walk("scope", toks, 3.0, 300))[0], *index._writes_of(prep, 2.5, "e", None)]
             assert prep.packs is not None
-            for c in calls:
-                assert c.resp == b"".join(pack("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args))
+            _assert_packed_as_redis_py(calls)
             before = toks
     finally:
         index.close()
@@ -733,7 +738,6 @@ def test_a_channels_prepared_turns_and_their_calls_are_as_from_scratch(
         "scan_limit": scan,
         "sweep_fields": sweep,
     }
-    pack = redis.Connection().pack_command
     warm = RedisIndex(redis.Redis(port=1), **kw)
     try:
         toks = tuple(start)
@@ -750,10 +754,8 @@ def test_a_channels_prepared_turns_and_their_calls_are_as_from_scratch(
             got = warm._prepare("scope", toks)
             fresh = RedisIndex(redis.Redis(port=1), **kw)
             try:
-                assert (*_prepared_fields(got), got.packs) == (
-                    *_prepared_fields(fresh._prepare("scope", toks)),
-                    fresh._prepare("scope", toks).packs,
-                )
+                want = fresh._prepare("scope", toks)
+                assert (*_prepared_fields(got), got.packs) == (*_prepared_fields(want), want.packs)
             finally:
                 fresh.close()
             if know:
@@ -762,8 +764,7 @@ def test_a_channels_prepared_turns_and_their_calls_are_as_from_scratch(
                 next(warm._walk("scope", toks, 3.0, 300))[0],
                 *warm._writes_of(got, 2.5, "e", None if know else 300.0),
             ]
-            for c in calls:
-                assert c.resp == b"".join(pack("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args))
+            _assert_packed_as_redis_py(calls)
     finally:
         warm.close()
 
@@ -841,9 +842,7 @@ def test_script_calls_packed_by_the_index_are_what_redis_py_sends(redis_url: str
     index.insert("s", toks, now=1.0)
     calls.extend(next(index._walk("s", toks, 2.0, 300)))
     assert [c.script.sha for c in calls] == [WRITE.sha, WRITE.sha, LOOKUP.sha]
-    pack = redis.Connection().pack_command
-    for c in calls:
-        assert c.resp == b"".join(pack("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args))
+    _assert_packed_as_redis_py(calls)
 
 
 def test_a_channel_reloads_its_scripts_after_a_script_flush(redis_url: str, redis_server: Any) -> None:
