@@ -26,7 +26,8 @@ sender's core while the sender waits, even for a write it does not wait for (mea
 machine others load, either way is noisy: a pinned bench cannot leave a busy core.
 
 Run: ``python bench/bench_index_redis.py`` (``--repeat 3``: the engine rows three times, then
-their ranges, each run's load average beside it) — prints a table; skips (exit 0) without
+their ranges, each run's load average and hypervisor steal beside it: a run during which the host
+gave much of this machine's CPU time to other guests timed them too) — prints a table; skips (exit 0) without
 redis-server or the redis package. About 30 s on 2 cores, ~15 s more per repeat. ``--shipped
 --rounds 30 --repeat 2``: only memory and what the proxy ships, over more conversations (~10 s):
 run it on two versions of the code one after the other to tell them apart (the ratio moves with
@@ -88,6 +89,23 @@ def _idle(cpus: list[int], seconds: float = 0.5) -> dict[int, int]:
     time.sleep(seconds)
     after = ticks()
     return {c: after[c] - before[c] for c in before if c in after}
+
+
+def _steal_ticks() -> tuple[int, int]:
+    """Ticks the hypervisor ran something else on this machine's CPUs, and all ticks, so far
+    (/proc/stat's ``steal``; zeros where there is none)."""
+    try:
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def _steal_since(before: tuple[int, int]) -> float:
+    """The share of CPU time stolen since ``before`` (``_steal_ticks``): a run with much of it timed
+    other guests' work too (a shared host), not the code."""
+    steal, total = _steal_ticks()
+    return (steal - before[0]) / max(total - before[1], 1)
 
 
 def _pin(server_pid: int) -> str:
@@ -436,26 +454,30 @@ def main(argv: list[str] | None = None) -> int:
             backends = {name: backends[name] for name in ("memory", "redis+local")}
         else:
             index_rows(backends, url)
-        ratios: dict[str, list[tuple[float, float, float]]] = {}
+        ratios: dict[str, list[tuple[float, float, float, float]]] = {}
         for _ in range(max(opts.repeat, 1)):
             print(
                 f"\nengine.analyse per request (OpenAI chat, a turn a request, {opts.rounds} conversations "
                 f"each), ms; load average {os.getloadavg()[0]:.2f} before"
             )
+            stolen = _steal_ticks()
             erows = engine_rows(backends, opts.rounds)
             ebase, _, cbase = next(iter(erows.values()))
-            load = os.getloadavg()[0]
+            load, steal = os.getloadavg()[0], _steal_since(stolen)
             for name, (p50, p99, c50) in erows.items():
                 print(
                     f"{name:<38} p50 {p50 * 1e3:>7.2f}   p99 {p99 * 1e3:>7.2f}   ×mem {p50 / ebase:>5.2f}"
                     f"   CPU p50 {c50 * 1e3:>6.2f}   ×mem {c50 / cbase:>5.2f}"
                 )
-                ratios.setdefault(name.split(" (")[0], []).append((p50 / ebase, c50 / cbase, load))
+                ratios.setdefault(name.split(" (")[0], []).append((p50 / ebase, c50 / cbase, load, steal))
         if opts.repeat > 1:
-            print(f"\nover {opts.repeat} runs, ×mem: wall, CPU (each run's wall@load average after it)")
+            print(
+                f"\nover {opts.repeat} runs, ×mem: wall, CPU (each run's wall@load average after it"
+                ", and the share of CPU time the hypervisor stole during it)"
+            )
             for name, got in list(ratios.items())[1:]:
-                walls, cpus = [w for w, _, _ in got], [c for _, c, _ in got]
-                each = ", ".join(f"{w:.2f}@{at:.1f}" for w, _, at in got)
+                walls, cpus = [w for w, _, _, _ in got], [c for _, c, _, _ in got]
+                each = ", ".join(f"{w:.2f}@{at:.1f} steal {st:.0%}" for w, _, at, st in got)
                 print(
                     f"{name:<22} wall {min(walls):.2f}–{max(walls):.2f}   CPU {min(cpus):.2f}–{max(cpus):.2f}"
                     f"   ({each})"
