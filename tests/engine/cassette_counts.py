@@ -2,7 +2,7 @@
 
 The cassettes are third-party data, unpacked as ``OWNER+NAME/PATH`` under /tmp/acc4/raw (the second
 source) and /tmp/acc5/raw (the third), or the directories in ``CACHEWARDEN_CASSETTES`` (separated by
-``os.pathsep``); each one's PLAN.md names the repositories and commits. They
+``os.pathsep``); bench/cassette_sources.py names the repositories and commits. They
 are read in place by bench/cassette_records.py, the loader bench_counting.py uses, and the tests that
 need them skip where they are absent. A case is a record id, ``owner/repo:path#i``, always from the
 "dev" half (bench_counting.part): the final half is never used in a test.

@@ -1,0 +1,202 @@
+"""The held-out cassette sources of bench_counting.py / bench_replay.py, and how to unpack them again.
+
+The two cassette sources (/tmp/acc4/raw, /tmp/acc5/raw by default) are third-party data: never
+copied into this repository, and gone with the machine they were unpacked on. This module holds
+what they were made from — each repository, the commit read, its licence, the rule that picks its
+files — so that the same held-out records can be made again on a new machine, from clones (or bare
+mirrors) of those repositories at those commits:
+
+    python bench/cassette_sources.py unpack GIT_DIR_PATTERN [--set acc4|acc5|all]
+
+``GIT_DIR_PATTERN`` names each repository's git directory with ``{owner}`` and ``{name}`` (e.g.
+``/src/{owner}+{name}/.git`` or ``/mirrors/{owner}+{name}/repo``); a work tree's directory works too.
+Files are read from the listed commit with ``git cat-file`` (nothing is checked out) and written as
+``ROOT/OWNER+NAME/PATH``, the layout cassette_records.py reads. A repository that is missing, or
+that lacks the commit, is reported and skipped (exit 1 at the end); the rest is still unpacked.
+
+Selection rules, fixed before the first run of each source:
+
+* ``cassette-dir`` (acc4): every ``.yaml|.yml|.yaml.gz|.yml.gz`` file with a directory named
+  ``*cassette*`` (any case) on its path;
+* ``openai-vcr`` (acc5): every such file, anywhere, whose (decompressed) text is a VCR cassette
+  (``interactions:``, which ``http_interactions:`` contains) naming an OpenAI host
+  (``api.openai.com`` or ``openai.azure.com``).
+
+Unpacked from the commits below on 2026-12-03, they give every figure the README prints for the two
+sources (bench_counting.py --pooled --split: the same n and exact share in every row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import subprocess
+import sys
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SUFFIXES = (".yaml", ".yml", ".yaml.gz", ".yml.gz")
+OPENAI_HOSTS = (b"api.openai.com", b"openai.azure.com")
+
+
+@dataclass(frozen=True)
+class Source:
+    repo: str  # owner/name on GitHub
+    commit: str
+    licence: str
+    rule: str  # "cassette-dir" or "openai-vcr"
+
+
+@dataclass(frozen=True)
+class CassetteSet:
+    name: str
+    root: Path
+    sources: tuple[Source, ...]
+
+
+def _set(name: str, rule: str, rows: str) -> CassetteSet:
+    sources = []
+    for line in rows.strip().splitlines():
+        repo, commit, licence = line.split(maxsplit=2)
+        sources.append(Source(repo, commit, licence, rule))
+    return CassetteSet(name, Path(f"/tmp/{name}/raw"), tuple(sources))
+
+
+SETS = (
+    _set(
+        "acc4",
+        "cassette-dir",
+        """
+        crmne/ruby_llm fb5a49bf04da78d3e74496431ad1c99df5e7e5f0 MIT
+        activeagents/activeagent a76142897fc61fe7a6f53d28b030fff35a46c3d6 MIT
+        traceloop/openllmetry 93429cfb9767e6b51db6cb35f6b70f758117669a Apache-2.0
+        Arize-ai/openinference 1fe497f1d9f45a07eee55d97fe185e020560f9c7 Apache-2.0
+        jackmpcollins/magentic 58b72cf58134b9b888a9518932465d7187448e92 MIT
+        simonw/llm f3f4f29c6e5e623c3776cbf6455dda2345638214 Apache-2.0
+        pydantic/logfire e484a6b53a0df3062d304ce258573e387cf3140a MIT
+        open-telemetry/opentelemetry-python-contrib 466ae4c00de77d1f54f77a9600f1d08eba2306b5 Apache-2.0
+        """,
+    ),
+    _set(
+        "acc5",
+        "openai-vcr",
+        """
+        posit-dev/chatlas ea4531130e56d3c5bb003d87a1792dd942554b8d MIT
+        tidyverse/ellmer 57e3d72d5dbe1a8bce4a3017b3468ad5fe3b2945 MIT
+        DataDog/dd-trace-py 3bb9ecda22830e3303b18b0ffa5abe7586aef6a7 Apache-2.0/BSD-3-Clause
+        DataDog/dd-apm-test-agent 32c02b9bc19ac3c5a7b57a7b896c1290123bf09a BSD-3-Clause
+        langchain-ai/langsmith-sdk bc8dd672a7b9e7d09bcb2fdada0baff80700f9b0 MIT
+        braintrustdata/braintrust-sdk-python a7053505083fb7b7ae6ed1c10a4141a0d8673cc4 Apache-2.0
+        braintrustdata/braintrust-sdk-ruby 1ca9a9991d5ea9d161192b360afe66a760abb9d3 Apache-2.0
+        newrelic/newrelic-python-agent e3c9c1d035a5889d70ef6ce1bb90379b70040c4d Apache-2.0
+        simonw/llm-openai-plugin 4f1787d1c81523ceae1dd2b34075fa9632502795 Apache-2.0
+        alexrudall/ruby-openai 62938e02bb83e9f243ad2447805bc461d5d126fe MIT
+        Future-House/ldp f0a29f1f3e6313b44e131bb394a13e64920cec73 Apache-2.0
+        Future-House/paper-qa d2c3c698fdf06986aa021812ab3186d3696438d8 Apache-2.0
+        Future-House/llm-client ce9ef5dc45a73341218d99c9a4c26b616414495b Apache-2.0
+        Future-House/aviary 826577f332a02ec2f5883cdb042fb12f14b4c7b3 Apache-2.0
+        sublayerapp/sublayer d103e662e25109ba54e1efb2e049d7f2fd29d371 MIT
+        elastic/elastic-otel-python-instrumentations 935ab4fafc7182be2e00e70f0f9881f8ec84085a Apache-2.0
+        instructor-ai/instructor-rb e96ab3b4e9c8c1d08c8f784c0ac091f33a12a916 MIT
+        OlympiaAI/raix 7e1b0da45fe88f526388171fad321115c09259ec MIT
+        AgentOps-AI/agentops a855a92dfaa7fd4423f9a68b1ba0295a3a72da80 MIT
+        Scale3-Labs/langtrace-python-sdk b62abd9b083bbfb04a5b5301f309cb7deaf28187 Apache-2.0
+        datasette/datasette-extract 4456f54f0cebf6aee9d0d5f7ee06f5988b34402e Apache-2.0
+        datasette/datasette-enrichments-gpt 1bede50ad21d7ae9fa663fd2a199bcd46b52cf6e Apache-2.0
+        datasette/datasette-query-assistant ee588baa5b9958a381f6a13a14affd484f4165ca Apache-2.0
+        DataDog/dd-trace-js 5735ffe7643cd9a984a8d21bde2131cc2fbe3a50 Apache-2.0/BSD-3-Clause
+        """,
+    ),
+)
+
+
+class SourceError(Exception):
+    """A repository that cannot be read at its commit (one line, for the report)."""
+
+
+def _git(git_dir: Path, *args: str) -> bytes:
+    done = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, check=False)
+    if done.returncode != 0:
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise SourceError(lines[-1] if lines else f"git {args[0]} failed")
+    return done.stdout
+
+
+def _git_dir(pattern: str, repo: str) -> Path:
+    owner, name = repo.split("/", 1)
+    path = Path(pattern.format(owner=owner, name=name))
+    return path / ".git" if (path / ".git").exists() else path
+
+
+def picked(rule: str, path: str, read: Callable[[], bytes]) -> bytes | None:
+    """The bytes of ``path`` when ``rule`` takes it, else None (``read`` fetches them when needed)."""
+    if not path.lower().endswith(SUFFIXES):
+        return None
+    if rule == "cassette-dir":
+        return read() if any("cassette" in part.lower() for part in path.split("/")[:-1]) else None
+    data = read()
+    try:
+        text = gzip.decompress(data) if path.lower().endswith(".gz") else data
+    except (OSError, EOFError, zlib.error):
+        return None  # not a readable gzip: no cassette the reader could use either
+    if b"interactions:" in text and any(host in text for host in OPENAI_HOSTS):
+        return data
+    return None
+
+
+def unpack(source: Source, git_dir: Path, root: Path) -> Iterator[str]:
+    """Writes the files ``source`` takes under ``root/OWNER+NAME/``; yields each path taken."""
+    _git(git_dir, "cat-file", "-e", f"{source.commit}^{{commit}}")
+    listing = _git(git_dir, "ls-tree", "-r", "-z", "--name-only", source.commit)
+    target = root / source.repo.replace("/", "+", 1)
+    for path in filter(None, listing.decode("utf-8", "surrogateescape").split("\0")):
+
+        def read(path: str = path) -> bytes:
+            return _git(git_dir, "cat-file", "blob", f"{source.commit}:{path}")
+
+        try:
+            data = picked(source.rule, path, read)
+        except SourceError:
+            continue  # a blob the clone lacks (a partial clone's large file): not taken
+        if data is None:
+            continue
+        out = target / path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+        yield path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list", help="each source: set, repository, commit, licence, rule")
+    listing.add_argument("--set", choices=[s.name for s in SETS] + ["all"], default="all")
+    run = sub.add_parser("unpack", help="unpack the sources from git directories")
+    run.add_argument("pattern", help="each repository's git directory, with {owner} and {name}")
+    run.add_argument("--set", choices=[s.name for s in SETS] + ["all"], default="all")
+    run.add_argument("--root", type=Path, help="where to unpack (default: the set's /tmp/NAME/raw)")
+    opts = parser.parse_args(argv)
+    chosen = [s for s in SETS if opts.set in ("all", s.name)]
+    if opts.command == "list":
+        for cset in chosen:
+            for src in cset.sources:
+                print(f"{cset.name}  {src.repo:<46} {src.commit}  {src.licence:<24} {src.rule}")
+        return 0
+    failed = 0
+    for cset in chosen:
+        root = opts.root if opts.root is not None else cset.root
+        for src in cset.sources:
+            try:
+                taken = sum(1 for _ in unpack(src, _git_dir(opts.pattern, src.repo), root))
+            except SourceError as exc:
+                failed += 1
+                print(f"{cset.name} {src.repo}: skipped ({exc})")
+                continue
+            print(f"{cset.name} {src.repo}@{src.commit[:8]}: {taken} files -> {root}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
