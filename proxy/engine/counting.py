@@ -372,6 +372,10 @@ class PromptCounter:
                         if i > 0 and segs[i - 1].kind == "tool_result":
                             tokens.extend([PAD] * framing.resumes_after_result)
                 after = -1 if merged else 0  # a framing correction below zero, applied after the content
+                if merged and (i < 2 or segs[i - 2].kind != "tool_use") and segs[i - 1].item_id is None:
+                    # A run of parallel calls sent without item ids costs what it costs with them: the
+                    # opening call's call_without_id is taken back by the call that joins it.
+                    tokens.extend([PAD] * max(0, -own.call_without_id))
                 if seg.kind == "tool_use" and not merged:
                     # The adapter's text is "name\narguments": name and arguments are in the content.
                     call = own.per_tool_call + (own.call_without_id if seg.item_id is None else 0)

@@ -135,6 +135,10 @@ _CHAT = Framing(
 # its recipient and arguments, 6 less than a call alone (12 of 12 training requests with two calls:
 # Mirascope test_call_with_tools/openai_gpt_4o_responses, 4 client variants, recorded Oct 2025 and
 # Jan 2026); harmony (gpt-5) calls are not merged (gpt-5.2's 4-call turns are exact without it).
+# Such a run sent without item ids costs what it costs with them: the opening call's call_without_id
+# is taken back by the call that joins it (every run of 4o / 4.1 calls without ids outside the final
+# halves, 3 of 3, was 3 under without that: chatlas test_chat_tool_request_reject#1, ellmer
+# chat-tools-reject-tool-function#1, chat-tools-reject-callback#1).
 _RESPONSES = replace(
     _CHAT,
     tools_once=-3,

@@ -24,6 +24,7 @@ from cachewarden.proxy.engine.rendering import (
     tool_correction,
 )
 from cachewarden.proxy.engine.tokenizers import get_tokenizer
+from cassette_counts import counted
 from recorded_counts import DATA, assert_count_exact
 
 PYDANTIC = "pydantic/pydantic-ai:tests/"
@@ -236,3 +237,47 @@ def test_responses_parallel_calls_share_one_message() -> None:
     # harmony keeps a message per call
     together_5 = count("gpt-5", ask, call(1), call(2), result(1), result(2))
     assert together_5 == count("gpt-5", ask, call(1), result(1), call(2), result(2))
+
+
+# Parallel calls sent without item ids (Responses, 4o / 4.1): every such run outside the final halves
+# reported what the same run with ids costs; a lone call without an id still costs 3 less. Cases from
+# the dev half of the cassette sources (cassette_counts; skipped where they are absent).
+PARALLEL_WITHOUT_IDS = {
+    "chatlas-gpt-4.1": "posit-dev/chatlas:tests/_vcr/test_chat/test_chat_tool_request_reject.yaml#1",
+    "ellmer-gpt-4.1": "tidyverse/ellmer:tests/testthat/_vcr/chat-tools-reject-tool-function.yml#1",
+    "ellmer-gpt-4.1-mini": "tidyverse/ellmer:tests/testthat/_vcr/chat-tools-reject-callback.yml#1",
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARALLEL_WITHOUT_IDS))
+def test_parallel_calls_without_ids_recorded(case: str) -> None:
+    got, reported = counted(PARALLEL_WITHOUT_IDS[case])
+    assert got == reported
+
+
+@pytest.mark.parametrize("runs", [2, 3])
+def test_responses_parallel_calls_without_ids_cost_what_they_cost_with_them(runs: int) -> None:
+    ask = {"role": "user", "content": "All of them."}
+    counter = PromptCounter(load_model_table())
+
+    def call(n: int, with_id: bool) -> dict[str, Any]:
+        item = {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}"}
+        return {**item, "id": f"fc_{n}"} if with_id else item
+
+    def count(model: str, with_id: bool) -> int:
+        calls = [call(n, with_id) for n in range(runs)]
+        outputs = [{"type": "function_call_output", "call_id": f"c{n}", "output": "ok"} for n in range(runs)]
+        body = {"model": model, "input": [ask, *calls, *outputs]}
+        return counter.tokenize(parse_request(body, provider="openai-responses")).count
+
+    assert count("gpt-4.1", with_id=True) == count("gpt-4.1", with_id=False)
+    assert count("gpt-4o", with_id=True) == count("gpt-4o", with_id=False)
+    # A run broken by a message: each call is alone again and costs 3 less without its id.
+    alone = [call(0, False), {"role": "user", "content": "and"}, call(1, False)]
+    with_ids = [call(0, True), {"role": "user", "content": "and"}, call(1, True)]
+
+    def items(seq: list[dict[str, Any]]) -> int:
+        body = {"model": "gpt-4o", "input": [ask, *seq]}
+        return counter.tokenize(parse_request(body, provider="openai-responses")).count
+
+    assert items(with_ids) - items(alone) == 6
