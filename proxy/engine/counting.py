@@ -188,11 +188,12 @@ class PromptCounter:
 
     def _tool_correction(self, tok: Tokenizer, framing: Framing, seg: Segment) -> int:
         """What the provider counts for a tool beyond its rendered text (rendering.tool_correction)."""
-        key = (tok.name, f"tool-correction:{framing.tool_dialect}", seg.digest)
+        legacy = seg.path.startswith("functions[")  # the legacy list, not ``tools``
+        key = (tok.name, f"tool-correction:{framing.tool_dialect}:{legacy}", seg.digest)
         hit = self.memo.get(key)
         if hit is None:
             fn = function_of(seg.text)
-            hit = (0 if fn is None else tool_correction(fn, framing.tool_dialect, tok.name),)
+            hit = (0 if fn is None else tool_correction(fn, framing.tool_dialect, tok.name, legacy=legacy),)
             self.memo.put(key, hit)
         return hit[0]
 

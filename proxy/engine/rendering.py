@@ -147,21 +147,30 @@ def _first_property(fn: Mapping[str, Any]) -> Mapping[str, Any] | None:
 # functions and nothing else unmodelled were one over per such function: gpt-4o, 4o-mini, 4.1-mini,
 # both APIs; gpt-5-mini's too); with a comment line above the first parameter the text is exact.
 # o200k's pre-tokenizer joins " {\n//" into one piece (cl100k's does not), so the renderer's text
-# must differ just there; with cl100k (gpt-3.5 / gpt-4,
-# hmarr/openai-chat-tokens' API-measured cases) the text is exact either way. In the harmony format
-# (gpt-5*) a function without a description costs one less too, on top of the first-parameter rule:
-# without parameters ("type f = () => any;" alone) on 20 first turns of gpt-5-mini, with a bare first
-# parameter on gpt-5.5 (held-out dev, test_openai_responses_phase_live#0: 2 less in all); with a
-# description it is exact (5 turns of gpt-5).
-def tool_correction(fn: Mapping[str, Any], dialect: str = "chatml", tokenizer: str = "o200k_base") -> int:
-    """Tokens the provider counts for a function beyond (< 0: below) the tokens of its rendered text."""
+# must differ just there; with cl100k the legacy `functions` format is exact either way
+# (hmarr/openai-chat-tokens' API-measured gpt-3.5-turbo cases), but `tools` are one less with a bare
+# first parameter too (every such gpt-3.5-turbo-0125 request outside the final halves was over
+# without it: one over, openllmetry test_finish_reason_tool_calls_mapped_correctly#0 and four
+# instructor-rb specs; two over, dd-apm-test-agent's ebff79da#0 with a call to a function named "0";
+# those with a commented first parameter were exact).
+# In the harmony format (gpt-5*) a function without a description costs one less too, on top of
+# the first-parameter rule: without parameters ("type f = () => any;" alone) on 20 first turns of
+# gpt-5-mini, with a bare first parameter on gpt-5.5 (held-out dev, test_openai_responses_phase_live#0:
+# 2 less in all); with a description it is exact (5 turns of gpt-5).
+def tool_correction(
+    fn: Mapping[str, Any], dialect: str = "chatml", tokenizer: str = "o200k_base", *, legacy: bool = False
+) -> int:
+    """Tokens the provider counts for a function beyond (< 0: below) the tokens of its rendered text;
+    ``legacy``: the function came in the legacy ``functions`` list, not in ``tools``."""
     described = isinstance(fn.get("description"), str) and bool(fn["description"])
     undescribed = -1 if dialect == "harmony" and not described else 0
     first = _first_property(fn)
     if first is None:
         return undescribed
     commented = any(isinstance(first.get(k), str) and first[k] for k in ("title", "description"))
-    return undescribed + (0 if commented or tokenizer != "o200k_base" else -1)
+    # cl100k: only the legacy `functions` format is exact with a bare first parameter (see above).
+    exact = commented or (tokenizer != "o200k_base" and legacy)
+    return undescribed + (0 if exact else -1)
 
 
 # Structured outputs. OpenAI: the json_schema format as a "# Response Formats" section (harmony's

@@ -281,3 +281,40 @@ def test_responses_parallel_calls_without_ids_cost_what_they_cost_with_them(runs
         return counter.tokenize(parse_request(body, provider="openai-responses")).count
 
     assert items(with_ids) - items(alone) == 6
+
+
+# cl100k `tools` (gpt-3.5-turbo-0125): a bare first parameter costs one less, as with o200k; the legacy
+# `functions` list stays exact as rendered (hmarr's cases, test_openai_tool_counting.py).
+CL100K_BARE_FIRST = {
+    "openllmetry-auto": "traceloop/openllmetry:packages/opentelemetry-instrumentation-openai/tests/traces/"
+    "cassettes/test_finish_reasons/TestFinishReasonMapping.test_finish_reason_tool_calls_mapped_correctly.yaml#0",
+    "instructor-rb-forced": "instructor-ai/instructor-rb:spec/vcr_cassettes/basic_spec/valid_response.yml#0",
+    "instructor-rb-patching": "instructor-ai/instructor-rb:spec/vcr_cassettes/"
+    "patching_spec/valid_response.yml#0",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CL100K_BARE_FIRST))
+def test_cl100k_tools_bare_first_parameter_recorded(case: str) -> None:
+    got, reported = counted(CL100K_BARE_FIRST[case])
+    assert got == reported
+
+
+def test_cl100k_bare_first_parameter_by_format() -> None:
+    fn = {"name": "f", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    assert tool_correction(fn, "chatml", "cl100k_base") == -1
+    assert tool_correction(fn, "chatml", "cl100k_base", legacy=True) == 0
+    assert tool_correction(fn, "chatml", "o200k_base", legacy=True) == -1
+    described = {"name": "f", "parameters": {"properties": {"city": {"description": "where"}}}}
+    assert tool_correction(described, "chatml", "cl100k_base") == 0
+    # Through the counter: the same function one token cheaper in `tools` than in `functions`,
+    # beyond what the two formats' framings differ by for a described one.
+    counter = PromptCounter(load_model_table())
+
+    def count(key: str, function: dict[str, Any]) -> int:
+        listed = [{"type": "function", "function": function}] if key == "tools" else [function]
+        body = {"model": "gpt-3.5-turbo", "messages": [{"role": "user", "content": "hi"}], key: listed}
+        return counter.tokenize(parse_request(body, provider="openai-chat")).count
+
+    framing_gap = count("functions", described) - count("tools", described)
+    assert count("functions", fn) - count("tools", fn) == framing_gap + 1
