@@ -17,9 +17,10 @@ prints the two halves as separate columns; the default table pools them.
     .venv/bin/python bench/bench_counting.py --cassettes[=DIR] [--split] [--detail]
 
 ``--cassettes`` measures a second held-out source instead: public projects' VCR cassettes unpacked
-under DIR (default /tmp/acc4/raw; bench/cassette_records.py reads them; bench/cassette_sources.py names the
-repositories and commits and unpacks them again from git). No rule was found on them before their first run, so every record is
-held out; they split into dev / final by cassette with the same hash.
+under DIR (default /tmp/acc4/raw; bench/cassette_records.py reads them; bench/cassette_sources.py
+names the repositories and commits and unpacks them again from git). No rule was found on them
+before their first run, so every record is held out; they split into dev / final by cassette with
+the same hash.
 
 ``--pooled`` pools every held-out record there is: the held-out project of the recorded data and
 both cassette sources (/tmp/acc4/raw, /tmp/acc5/raw, where present), training records left out: the

@@ -2,9 +2,10 @@
 
 A second held-out source for bench_counting.py and bench_replay.py (``--cassettes DIR``): public
 projects' VCR cassettes (vcrpy's ``interactions`` and Ruby VCR's ``http_interactions``, plain or
-gzipped YAML), unpacked under DIR as ``OWNER+NAME/PATH`` (the layout of /tmp/acc4/raw; bench/cassette_sources.py
-names the repositories and commits and unpacks them again). They are third-party data: read in place, never copied
-into this repository; the benches skip them when DIR is absent.
+gzipped YAML), unpacked under DIR as ``OWNER+NAME/PATH`` (the layout of /tmp/acc4/raw;
+bench/cassette_sources.py names the repositories and commits and unpacks them again). They are
+third-party data: read in place, never copied into this repository; the benches skip them when DIR
+is absent.
 
 Every POST to an OpenAI (or Azure OpenAI) ``/chat/completions`` or ``/responses`` route answered 200
 with a ``usage`` block becomes one record with the fields the benches read: ``source``
