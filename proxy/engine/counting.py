@@ -137,12 +137,16 @@ class PromptCounter:
             # The memo first: a rendering is stored only for a segment that has one, under its digest.
             # One memo entry per dialect: the same tool renders differently for gpt-4o and gpt-5.
             mode = "ts" if framing.tool_dialect == "chatml" else f"ts-{framing.tool_dialect}"
+            legacy = _legacy_tool(seg)
+            if legacy:  # the legacy list renders nested objects its own way (rendering._ts_props)
+                mode += "-legacy"
             hit = self.memo.get((tok.name, mode, seg.digest))
             if hit is not None:
                 return hit
             fn = function_of(seg.text)
             if fn is not None:
-                return self._content(tok, mode, seg, render_function(fn, framing.tool_dialect) + "\n\n")
+                rendered = render_function(fn, framing.tool_dialect, legacy=legacy)
+                return self._content(tok, mode, seg, rendered + "\n\n")
         if seg.kind == "other" and framing.typescript_tools and seg.message_index is not None:
             # A Responses additional_tools item: its tools section, then what the provider adds to it.
             section = self.memo.get((tok.name, "at", seg.digest))
@@ -188,7 +192,7 @@ class PromptCounter:
 
     def _tool_correction(self, tok: Tokenizer, framing: Framing, seg: Segment) -> int:
         """What the provider counts for a tool beyond its rendered text (rendering.tool_correction)."""
-        legacy = seg.path.startswith("functions[")  # the legacy list, not ``tools``
+        legacy = _legacy_tool(seg)
         key = (tok.name, f"tool-correction:{framing.tool_dialect}:{legacy}", seg.digest)
         hit = self.memo.get(key)
         if hit is None:
@@ -209,7 +213,7 @@ class PromptCounter:
 
     def _tool_text(self, seg: Segment) -> str:
         fn = function_of(seg.text)
-        return seg.text if fn is None else render_function(fn) + "\n\n"
+        return seg.text if fn is None else render_function(fn, legacy=_legacy_tool(seg)) + "\n\n"
 
     def _join(self, tok: Tokenizer, left: Segment | None, right: Segment | None) -> int:
         """Tokens gained (< 0: lost) where two parts of the tools section meet, tokenized as one text.
@@ -456,6 +460,11 @@ class PromptCounter:
 def _text_part(seg: Segment) -> bool:
     """A text part of a message (not a call, result, image or file): what Responses concatenates."""
     return seg.kind in ("text", "system", "message") and not seg.fixed_tokens
+
+
+def _legacy_tool(seg: Segment) -> bool:
+    """A function of the legacy ``functions`` list (not of ``tools``)."""
+    return seg.kind == "tool" and seg.path.startswith("functions[")
 
 
 def _legacy_segment(seg: Segment) -> bool:

@@ -36,7 +36,9 @@ def _comment(text: str, pad: str) -> str:
     return "".join(f"{pad}// {line.strip()}\n" for line in text.split("\n") if line.strip())
 
 
-def _ts_type(schema: Any, indent: int) -> str:
+def _ts_type(schema: Any, indent: int, *, direct: bool = False, legacy: bool = False) -> str:
+    """``direct``: the value of a property (not array items or a $defs type); ``legacy``: a function of
+    the legacy ``functions`` list (see _ts_props)."""
     if not isinstance(schema, Mapping):
         return "any"
     if "enum" in schema and isinstance(schema["enum"], list):
@@ -45,7 +47,7 @@ def _ts_type(schema: Any, indent: int) -> str:
         return json.dumps(schema["const"], ensure_ascii=False)
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
-            return " | ".join(_ts_type(s, indent) for s in schema[key])
+            return " | ".join(_ts_type(s, indent, legacy=legacy) for s in schema[key])
     ref = schema.get("$ref")
     if isinstance(ref, str):
         return ref.rsplit("/", 1)[-1]
@@ -54,11 +56,17 @@ def _ts_type(schema: Any, indent: int) -> str:
         return " | ".join("number" if k == "integer" else str(k) for k in kind)
     if kind == "array":
         items = schema.get("items")
-        return f"{_ts_type(items, indent)}[]" if isinstance(items, Mapping) else "any[]"
+        return f"{_ts_type(items, indent, legacy=legacy)}[]" if isinstance(items, Mapping) else "any[]"
     if kind == "object":
         if not isinstance(schema.get("properties"), Mapping) or not schema["properties"]:
             return "object"
-        return "{\n" + _ts_props(schema, indent + 1) + "  " * indent + "}"
+        flat = direct and not legacy
+        return (
+            "{\n"
+            + _ts_props(schema, indent + 1, flat=flat, legacy=legacy)
+            + ("" if flat else "  " * indent)
+            + "}"
+        )
     if kind in ("integer", "number"):
         return "number"
     if kind in ("string", "boolean", "null"):
@@ -66,10 +74,17 @@ def _ts_type(schema: Any, indent: int) -> str:
     return "any"
 
 
-def _ts_props(schema: Mapping[str, Any], indent: int) -> str:
-    """Property lines, each ending in a newline (the caller closes the brace)."""
+def _ts_props(schema: Mapping[str, Any], indent: int, *, flat: bool = False, legacy: bool = False) -> str:
+    """Property lines, each ending in a newline (the caller closes the brace).
+
+    ``flat``: the properties of an object that is itself a property's value, which OpenAI renders
+    without indentation (o200k, both APIs, both dialects: every such request outside the final halves
+    was over by 3 per described and 2 per bare nested property, and is exact without the indentation:
+    sublayer's four generator specs, ruby_llm's gpt-5-nano object params; the items of an array and
+    a $defs type keep theirs, which those records need). The legacy ``functions`` list keeps it
+    (hmarr/openai-chat-tokens' API-measured nested case, gpt-3.5-turbo)."""
     required = set(schema.get("required") or [])
-    pad = "  " * indent
+    pad = "" if flat else "  " * indent
     out: list[str] = []
     for key, value in schema["properties"].items():
         prop: Mapping[str, Any] = value if isinstance(value, Mapping) else {}
@@ -84,14 +99,15 @@ def _ts_props(schema: Mapping[str, Any], indent: int) -> str:
         if "default" in prop:
             default = f" // default: {json.dumps(prop['default'], ensure_ascii=False)}"
         optional = "" if key in required else "?"
-        out.append(f"{pad}{key}{optional}: {_ts_type(prop, indent)},{default}\n")
+        out.append(f"{pad}{key}{optional}: {_ts_type(prop, indent, direct=True, legacy=legacy)},{default}\n")
     return "".join(out)
 
 
-def render_function(fn: Mapping[str, Any], dialect: str = "chatml") -> str:
+def render_function(fn: Mapping[str, Any], dialect: str = "chatml", *, legacy: bool = False) -> str:
     """One function definition as OpenAI renders it into the system prompt (no trailing blank line).
 
     ``dialect`` is the framing's tool_dialect: "harmony" (gpt-5) leaves out the parameters' title.
+    ``legacy``: the function came in the legacy ``functions`` list (nested objects stay indented).
     """
     head = (
         _comment(fn["description"], "")
@@ -113,12 +129,12 @@ def render_function(fn: Mapping[str, Any], dialect: str = "chatml") -> str:
         lead = "".join(
             _comment(params[key], "") for key in keys if isinstance(params.get(key), str) and params[key]
         )
-        body = f"type {name} = (_: {lead}{{\n{_ts_props(params, 0)}}}) => any;"
+        body = f"type {name} = (_: {lead}{{\n{_ts_props(params, 0, legacy=legacy)}}}) => any;"
     else:
         body = f"type {name} = () => any;"
     lines = [head + body]
     if isinstance(params, Mapping) and isinstance(params.get("$defs"), Mapping):
-        lines.extend(f"type {k} = {_ts_type(v, 0)};" for k, v in params["$defs"].items())
+        lines.extend(f"type {k} = {_ts_type(v, 0, legacy=legacy)};" for k, v in params["$defs"].items())
     return "\n".join(lines)
 
 

@@ -318,3 +318,38 @@ def test_cl100k_bare_first_parameter_by_format() -> None:
 
     framing_gap = count("functions", described) - count("tools", described)
     assert count("functions", fn) - count("tools", fn) == framing_gap + 1
+
+
+# A property whose value is an object renders that object's properties without indentation (o200k,
+# both APIs); array items and $defs types keep theirs, and so does the legacy `functions` list.
+NESTED_OBJECTS = {
+    "sublayer-two-described": "sublayerapp/sublayer:spec/vcr_cassettes/openai/cli/generators/"
+    "sublayer_agent_generator.yml#0",
+    "sublayer-four-described": "sublayerapp/sublayer:spec/vcr_cassettes/openai/cli/generators/"
+    "sublayer_command_generator.yml#0",
+    "ruby-llm-gpt-5-nano-responses": "crmne/ruby_llm:spec/fixtures/vcr_cassettes/"
+    "chat_function_calling_openai_gpt-5-nano_handles_object_params.yml#0",
+}
+
+
+@pytest.mark.parametrize("case", sorted(NESTED_OBJECTS))
+def test_nested_object_properties_recorded(case: str) -> None:
+    got, reported = counted(NESTED_OBJECTS[case])
+    assert got == reported
+
+
+def test_nested_object_properties_render_without_indentation() -> None:
+    inner = {"type": "object", "properties": {"code": {"type": "string", "description": "The code"}}}
+    fn = {
+        "name": "f",
+        "parameters": {
+            "type": "object",
+            "properties": {"out": inner, "many": {"type": "array", "items": inner}},
+            "$defs": {"Row": inner},
+        },
+    }
+    text = render_function(fn)
+    assert "out?: {\n// The code\ncode?: string,\n}," in text  # a property's object: flat
+    assert "many?: {\n  // The code\n  code?: string,\n}[]," in text  # array items: indented
+    assert "type Row = {\n  // The code\n  code?: string,\n};" in text  # a $defs type: indented
+    assert "out?: {\n  // The code\n  code?: string,\n}," in render_function(fn, legacy=True)
