@@ -145,8 +145,8 @@ class PromptCounter:
                 return hit
             fn = function_of(seg.text)
             if fn is not None:
-                rendered = render_function(fn, framing.tool_dialect, legacy=legacy)
-                return self._content(tok, mode, seg, rendered + "\n\n")
+                typescript = render_function(fn, framing.tool_dialect, legacy=legacy)
+                return self._content(tok, mode, seg, typescript + "\n\n")
         if seg.kind == "other" and framing.typescript_tools and seg.message_index is not None:
             # A Responses additional_tools item: its tools section, then what the provider adds to it.
             section = self.memo.get((tok.name, "at", seg.digest))
