@@ -239,20 +239,41 @@ def test_responses_parallel_calls_share_one_message() -> None:
     assert together_5 == count("gpt-5", ask, call(1), result(1), call(2), result(2))
 
 
-# Parallel calls sent without item ids (Responses, 4o / 4.1): every such run outside the final halves
-# reported what the same run with ids costs; a lone call without an id still costs 3 less. Cases from
-# the dev half of the cassette sources (cassette_counts; skipped where they are absent).
-PARALLEL_WITHOUT_IDS = {
-    "chatlas-gpt-4.1": "posit-dev/chatlas:tests/_vcr/test_chat/test_chat_tool_request_reject.yaml#1",
-    "ellmer-gpt-4.1": "tidyverse/ellmer:tests/testthat/_vcr/chat-tools-reject-tool-function.yml#1",
-    "ellmer-gpt-4.1-mini": "tidyverse/ellmer:tests/testthat/_vcr/chat-tools-reject-callback.yml#1",
+# Rules found on the dev half of the cassette sources, each checked on its records (cassette_counts;
+# skipped where the cassettes are absent) and on data-free cases below.
+CASSETTE_CASES = {
+    # Parallel calls sent without item ids (Responses, 4o / 4.1) cost what the same run costs with ids.
+    "parallel-without-ids-chatlas-4.1": "posit-dev/chatlas:tests/_vcr/test_chat/"
+    "test_chat_tool_request_reject.yaml#1",
+    "parallel-without-ids-ellmer-4.1": "tidyverse/ellmer:tests/testthat/_vcr/"
+    "chat-tools-reject-tool-function.yml#1",
+    "parallel-without-ids-ellmer-4.1-mini": "tidyverse/ellmer:tests/testthat/_vcr/"
+    "chat-tools-reject-callback.yml#1",
+    # cl100k `tools` (gpt-3.5-turbo-0125): a bare first parameter costs one less, as with o200k.
+    "cl100k-bare-first-openllmetry": "traceloop/openllmetry:packages/opentelemetry-instrumentation-openai/"
+    "tests/traces/cassettes/test_finish_reasons/"
+    "TestFinishReasonMapping.test_finish_reason_tool_calls_mapped_correctly.yaml#0",
+    "cl100k-bare-first-instructor-forced": "instructor-ai/instructor-rb:spec/vcr_cassettes/"
+    "basic_spec/valid_response.yml#0",
+    "cl100k-bare-first-instructor-patching": "instructor-ai/instructor-rb:spec/vcr_cassettes/"
+    "patching_spec/valid_response.yml#0",
+    # A property's object renders its properties without indentation (o200k, both APIs).
+    "nested-two-described": "sublayerapp/sublayer:spec/vcr_cassettes/openai/cli/generators/"
+    "sublayer_agent_generator.yml#0",
+    "nested-four-described": "sublayerapp/sublayer:spec/vcr_cassettes/openai/cli/generators/"
+    "sublayer_command_generator.yml#0",
+    "nested-gpt-5-nano-responses": "crmne/ruby_llm:spec/fixtures/vcr_cassettes/"
+    "chat_function_calling_openai_gpt-5-nano_handles_object_params.yml#0",
 }
 
 
-@pytest.mark.parametrize("case", sorted(PARALLEL_WITHOUT_IDS))
-def test_parallel_calls_without_ids_recorded(case: str) -> None:
-    got, reported = counted(PARALLEL_WITHOUT_IDS[case])
+@pytest.mark.parametrize("case", sorted(CASSETTE_CASES))
+def test_cassette_count_is_exact(case: str) -> None:
+    got, reported = counted(CASSETTE_CASES[case])
     assert got == reported
+
+
+# Parallel calls without ids (framing.py): a lone call without an id still costs 3 less.
 
 
 @pytest.mark.parametrize("runs", [2, 3])
@@ -283,23 +304,7 @@ def test_responses_parallel_calls_without_ids_cost_what_they_cost_with_them(runs
     assert items(with_ids) - items(alone) == 6
 
 
-# cl100k `tools` (gpt-3.5-turbo-0125): a bare first parameter costs one less, as with o200k; the legacy
-# `functions` list stays exact as rendered (hmarr's cases, test_openai_tool_counting.py).
-CL100K_BARE_FIRST = {
-    "openllmetry-auto": "traceloop/openllmetry:packages/opentelemetry-instrumentation-openai/tests/traces/"
-    "cassettes/test_finish_reasons/TestFinishReasonMapping.test_finish_reason_tool_calls_mapped_correctly.yaml#0",
-    "instructor-rb-forced": "instructor-ai/instructor-rb:spec/vcr_cassettes/basic_spec/valid_response.yml#0",
-    "instructor-rb-patching": "instructor-ai/instructor-rb:spec/vcr_cassettes/"
-    "patching_spec/valid_response.yml#0",
-}
-
-
-@pytest.mark.parametrize("case", sorted(CL100K_BARE_FIRST))
-def test_cl100k_tools_bare_first_parameter_recorded(case: str) -> None:
-    got, reported = counted(CL100K_BARE_FIRST[case])
-    assert got == reported
-
-
+# cl100k: the legacy `functions` list stays exact as rendered (hmarr's cases, test_openai_tool_counting.py).
 def test_cl100k_bare_first_parameter_by_format() -> None:
     fn = {"name": "f", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
     assert tool_correction(fn, "chatml", "cl100k_base") == -1
@@ -320,24 +325,7 @@ def test_cl100k_bare_first_parameter_by_format() -> None:
     assert count("functions", fn) - count("tools", fn) == framing_gap + 1
 
 
-# A property whose value is an object renders that object's properties without indentation (o200k,
-# both APIs); array items and $defs types keep theirs, and so does the legacy `functions` list.
-NESTED_OBJECTS = {
-    "sublayer-two-described": "sublayerapp/sublayer:spec/vcr_cassettes/openai/cli/generators/"
-    "sublayer_agent_generator.yml#0",
-    "sublayer-four-described": "sublayerapp/sublayer:spec/vcr_cassettes/openai/cli/generators/"
-    "sublayer_command_generator.yml#0",
-    "ruby-llm-gpt-5-nano-responses": "crmne/ruby_llm:spec/fixtures/vcr_cassettes/"
-    "chat_function_calling_openai_gpt-5-nano_handles_object_params.yml#0",
-}
-
-
-@pytest.mark.parametrize("case", sorted(NESTED_OBJECTS))
-def test_nested_object_properties_recorded(case: str) -> None:
-    got, reported = counted(NESTED_OBJECTS[case])
-    assert got == reported
-
-
+# Nested objects: array items and $defs types keep their indentation, and so does the legacy list.
 def test_nested_object_properties_render_without_indentation() -> None:
     inner = {"type": "object", "properties": {"code": {"type": "string", "description": "The code"}}}
     fn = {
