@@ -178,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--set", choices=[s.name for s in SETS] + ["all"], default="all")
     run.add_argument("--root", type=Path, help="where to unpack (default: the set's /tmp/NAME/raw)")
     opts = parser.parse_args(argv)
+    if opts.command == "unpack":
+        try:
+            opts.pattern.format(owner="owner", name="name")
+        except (KeyError, IndexError, ValueError) as exc:
+            parser.error(f"pattern {opts.pattern!r}: only {{owner}} and {{name}} can be filled in ({exc!r})")
     chosen = [s for s in SETS if opts.set in ("all", s.name)]
     if opts.command == "list":
         for cset in chosen:

@@ -112,3 +112,10 @@ def test_every_source_names_a_full_commit_and_a_known_rule() -> None:
         for src in cset.sources:
             assert len(src.commit) == 40 and set(src.commit) <= set("0123456789abcdef")
             assert src.rule in ("cassette-dir", "openai-vcr") and src.licence
+
+
+def test_a_pattern_with_an_unknown_field_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        _sources().main(["unpack", "/src/{org}/{name}"])
+    assert exit_info.value.code == 2
+    assert "only {owner} and {name}" in capsys.readouterr().err
