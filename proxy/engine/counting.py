@@ -28,11 +28,15 @@ from .index.rope import TokenRope, grown, is_frozen
 from .models import ModelTable
 from .prompt import Prompt, Segment, digest_text
 from .rendering import (
+    PARALLEL_AUTHOR,
+    PARALLEL_RECIPIENT,
     TOOLS_HEAD,
     TOOLS_TAIL,
     anthropic_output_schema,
     compact_json,
     function_of,
+    parallel_call_piece,
+    parallel_result_piece,
     param_object,
     render_additional_tools,
     render_function,
@@ -277,6 +281,43 @@ class PromptCounter:
         key = f"sep\x00{digest_text(tail)}"
         return len(self._content_raw(tok, key, tail + "\n\n")) - len(self._content_raw(tok, "t" + key, tail))
 
+    def _parallel_text(self, tok: Tokenizer, segs: Sequence[Segment], i: int, par: tuple[int, int]) -> str:
+        """Segment ``i``'s part of its parallel run's JSON (rendering.parallel_call_piece)."""
+        seg, (k, n) = segs[i], par
+        if seg.kind == "tool_use":
+            name, _, arguments = seg.text.partition("\n")
+            return parallel_call_piece(name, arguments, first=k == 0, last=k == n - 1)
+        ascii_strings = tok.name == "cl100k_base"
+        return parallel_result_piece(seg.text, first=k == 0, last=k == n - 1, ascii_strings=ascii_strings)
+
+    def _parallel_content(
+        self, tok: Tokenizer, segs: Sequence[Segment], i: int, par: tuple[int, int]
+    ) -> tuple[int, ...]:
+        """Tokens of segment ``i`` in a parallel run: the wrapper's recipient before the first call, then
+        its part of the run's JSON (memoised per segment and place in the run)."""
+        seg, (k, n) = segs[i], par
+        mode = f"par:{k == 0}:{k == n - 1}"
+        hit = self.memo.get((tok.name, mode, seg.digest))
+        if hit is None:
+            hit = self._content(tok, mode, seg, self._parallel_text(tok, segs, i, par))
+        if seg.kind == "tool_use" and k == 0:
+            head = self._content_raw(tok, f"call-to\x00{PARALLEL_RECIPIENT}", PARALLEL_RECIPIENT)
+            return head + hit
+        return hit
+
+    def _parallel_join(self, tok: Tokenizer, segs: Sequence[Segment], i: int, par: tuple[int, int]) -> int:
+        """Tokens gained (< 0: lost) where segment ``i``'s part of the run's JSON meets the part before."""
+        k, n = par
+        left, right = segs[i - 1], segs[i]
+        key = f"{left.digest}\x00{right.digest}\x00{k == 1}\x00{k == n - 1}"
+        return self._boundary(
+            tok,
+            "par-join",
+            key,
+            lambda: self._parallel_text(tok, segs, i - 1, (k - 1, n))[-64:],
+            lambda: self._parallel_text(tok, segs, i, par)[:64],
+        )
+
     def _own_message(self, tok: Tokenizer, framing: Framing) -> int:
         """Framing of a tools / schema section that opens a system message of its own."""
         if framing.tools_alone is not None:
@@ -354,7 +395,12 @@ class PromptCounter:
                 if framing.typescript_tools:
                     tokens.append(END)
             else:
-                if not opens and seg.kind == "tool_use" == segs[i - 1].kind and framing.typescript_tools:
+                # Chat Completions' parallel calls and their results: (position, length) in the run that
+                # is rendered as one wrapper call / one result message (rendering.parallel_call_piece).
+                par = _parallel_run(segs, i) if framing.parallel_wrapper else None
+                further = par is not None and par[0] > 0
+                further_call = not opens and seg.kind == "tool_use" == segs[i - 1].kind
+                if further_call and framing.typescript_tools and par is None:
                     # Each further call of one assistant turn is rendered as a message of its own.
                     tokens.extend(
                         (END, START, *self._role(tok, "assistant"), *[SEP] * (framing.per_message - 2))
@@ -364,9 +410,11 @@ class PromptCounter:
                 # Responses (4o): a call right after another continues its message (calls_share_message).
                 after_call = i > 0 and seg.kind == "tool_use" == segs[i - 1].kind
                 merged = framing.calls_share_message and opens and after_call
-                if opens and not merged:
+                if opens and not merged and not further:
                     role = seg.role or ("tool" if seg.kind == "tool_result" else "assistant")
-                    if seg.kind == "tool_result" and seg.name and framing.typescript_tools:
+                    if seg.kind == "tool_result" and par is not None:
+                        role = PARALLEL_AUTHOR  # the merged results answer the wrapper
+                    elif seg.kind == "tool_result" and seg.name and framing.typescript_tools:
                         role = own.result_prefix + seg.name  # the result's author is the function
                     tokens.append(START)
                     if framing.role_tokens:
@@ -381,23 +429,30 @@ class PromptCounter:
                     # A run of parallel calls sent without item ids costs what it costs with them: the
                     # opening call's call_without_id is taken back by the call that joins it.
                     tokens.extend([PAD] * max(0, -own.call_without_id))
-                if seg.kind == "tool_use" and not merged:
+                if seg.kind == "tool_use" and not merged and not further:
                     # The adapter's text is "name\narguments": name and arguments are in the content.
                     call = own.per_tool_call + (own.call_without_id if seg.item_id is None else 0)
                     tokens.extend([PAD] * max(0, call))
                     after = min(0, call)
                 elif seg.kind == "other" and seg.path.endswith(".name"):
                     tokens.extend([PAD] * framing.per_name)
-                elif seg.kind == "tool_result":
-                    tokens.extend([PAD] * own.per_tool_result)
-                tokens.extend(self._segment_content(tok, own, seg))
+                elif seg.kind == "tool_result" and not further:
+                    extra = framing.parallel_results_extra if par is not None else 0
+                    tokens.extend([PAD] * (own.per_tool_result + extra))
+                if par is not None:
+                    tokens.extend(self._parallel_content(tok, segs, i, par))
+                    if further:  # one JSON text with the part before it
+                        low = _shift(tokens, self._parallel_join(tok, segs, i, par), low)
+                else:
+                    tokens.extend(self._segment_content(tok, own, seg))
                 low = _shift(tokens, after, low)
                 if framing.parts_joined and not opens and _text_part(seg) and _text_part(segs[i - 1]):
                     # One text with the part before it: the tokens gained or lost across the boundary.
                     low = _shift(tokens, self._text_join(tok, segs[i - 1], seg), low)
                 if i == host:
                     tokens.extend([PAD] * self._separator(tok, seg.text))
-                if closes and framing.per_message >= 2:
+                open_run = par is not None and seg.kind == "tool_result" and par[0] < par[1] - 1
+                if closes and framing.per_message >= 2 and not open_run:
                     tokens.append(END)
             spans.append((start, len(tokens)))
         # Reply priming belongs to no segment: it follows the last span, so a breakpoint on the last
@@ -472,6 +527,53 @@ def _legacy_segment(seg: Segment) -> bool:
     if seg.kind == "tool_use":
         return seg.path.endswith(".function_call")
     return seg.kind == "tool_result" and seg.role == "function"
+
+
+def _lone_result(segs: Sequence[Segment], j: int) -> bool:
+    """Whether segment ``j`` is a whole tool message: one text result, alone in its message."""
+    seg = segs[j]
+    if seg.kind != "tool_result" or seg.role != "tool" or seg.fixed_tokens or seg.message_index is None:
+        return False
+    m = seg.message_index
+    return (j == 0 or segs[j - 1].message_index != m) and (
+        j + 1 == len(segs) or segs[j + 1].message_index != m
+    )
+
+
+def _call_run(segs: Sequence[Segment], i: int) -> tuple[int, int]:
+    """First and last index of the calls of the assistant message that call ``i`` is in."""
+    m, a, b = segs[i].message_index, i, i
+    while a > 0 and segs[a - 1].kind == "tool_use" and segs[a - 1].message_index == m:
+        a -= 1
+    while b + 1 < len(segs) and segs[b + 1].kind == "tool_use" and segs[b + 1].message_index == m:
+        b += 1
+    return a, b
+
+
+def _parallel_run(segs: Sequence[Segment], i: int) -> tuple[int, int] | None:
+    """(position, length) of segment ``i`` in Chat Completions' parallel calls (two or more calls of
+    one assistant message) or in the run of whole tool messages right after them (their results);
+    None for any other segment."""
+    seg = segs[i]
+    if seg.kind == "tool_use":
+        if _legacy_segment(seg):
+            return None
+        a, b = _call_run(segs, i)
+        return (i - a, b - a + 1) if b > a else None
+    if not _lone_result(segs, i):
+        return None
+    a = i
+    while a > 0 and _lone_result(segs, a - 1):
+        a -= 1
+    if a == 0 or segs[a - 1].kind != "tool_use" or _legacy_segment(segs[a - 1]):
+        return None
+    first, last = _call_run(segs, a - 1)
+    if last == first:
+        return None
+    b = i
+    while b + 1 < len(segs) and _lone_result(segs, b + 1):
+        b += 1
+    return i - a, b - a + 1
 
 
 def _shift(tokens: list[int], n: int, low: int) -> int:

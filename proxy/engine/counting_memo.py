@@ -180,8 +180,12 @@ class LatestStreams:
 
 
 def _boundary(segs: Sequence[Segment], j: int) -> bool:
-    """Whether segment ``j - 1`` ends its message (framing closes it whatever follows)."""
+    """Whether segment ``j - 1`` ends its message (framing closes it whatever follows). Between two
+    tool messages it does not: Chat Completions renders the results of parallel calls as one message
+    (counting._parallel_run), whose last one closes it."""
     if j >= len(segs):
         return True
     before = segs[j - 1].message_index
+    if segs[j - 1].kind == segs[j].kind == "tool_result" and segs[j - 1].role == segs[j].role == "tool":
+        return False
     return before is None or segs[j].message_index != before

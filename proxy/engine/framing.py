@@ -56,6 +56,11 @@ class Framing:
     # Responses: consecutive function_call items (parallel calls) share one assistant message, so a
     # further call costs its recipient and arguments only.
     calls_share_message: bool = False
+    # Chat Completions (4o / 4.1 era): several calls of one assistant message are one call to the
+    # multi_tool_use.parallel wrapper, their results one message (rendering.parallel_call_piece); the
+    # merged results cost parallel_results_extra beyond per_tool_result.
+    parallel_wrapper: bool = False
+    parallel_results_extra: int = 0
     # Responses (harmony: gpt-5.4 family, gpt-5.6-terra): an assistant turn right after a tool result (a
     # further call, a message, or the reply priming when the prompt ends with the result) costs this
     # beyond its own framing; after a user or developer message it does not.
@@ -81,8 +86,9 @@ class Framing:
 #   gpt-5-mini first turns, held-out dev) and 3 joined to a message (the training refusal records).
 #   A call + its result cost 6 beyond names and text (harmony's result header " to=assistant" +
 #   channel: per_tool_result 5; gpt-5 / 5.2 / 5.4-mini / 5-mini held-out dev, both APIs; gpt-5-nano's
-#   one training call is 1 over). Parallel calls (one assistant turn, several calls) fit no rendering
-#   tried: 3-call turns of gpt-5-nano report 11 less, 2-call turns of gpt-4o 5 to 16 more.
+#   one training call is 1 over). Harmony's parallel calls (one assistant turn, several calls) fit no
+#   rendering tried: 3-call turns of gpt-5-nano report 8 less, gpt-5.4's 2-call turn 11 more. Those of
+#   4o / 4.1 are one multi_tool_use.parallel call (parallel_wrapper; rendering.parallel_call_piece).
 # - tools (rendering.py; training split of bench/bench_counting.py, cases by record id in
 #   tests/engine/test_openai_tool_counting.py): the section joins the first system / developer
 #   message after a blank line, tokenized with that message's end (tools_in_system), or opens a system
@@ -114,6 +120,8 @@ _CHAT = Framing(
     schema_alone=4,
     tools_in_system=True,
     compact_arguments=True,
+    parallel_wrapper=True,
+    parallel_results_extra=1,
 )
 # Chat Completions re-serialises a call's arguments (compact_arguments): of the one-call requests
 # outside the final halves whose arguments were sent with spaces ('{"value": "one"}'), 9 of 11 were
@@ -149,6 +157,7 @@ _RESPONSES = replace(
     calls_share_message=True,
     compact_arguments=False,
     parts_joined=True,
+    parallel_wrapper=False,
 )
 
 
@@ -199,6 +208,9 @@ _HARMONY = replace(
     per_tool_call=1,
     per_tool_result=5,
     tool_dialect="harmony",
+    # Harmony's parallel calls fit no rendering tried (the wrapper leaves gpt-5-nano's one setup 5 under,
+    # gpt-5.4's 4 under: two setups): each call stays a message of its own.
+    parallel_wrapper=False,
 )
 # gpt-5 (harmony) renders tools inside the developer message (openai/harmony): joined to one the
 # section costs tools_once 3, alone it costs the same (tools_alone 0; see the gpt-5 note above).

@@ -41,16 +41,20 @@ WORDS = ["alpha", "beta 12", "gamma.", "δelta", "x" * 40, "the quick brown fox"
 
 
 def _chat_item(draw: st.DrawFn, i: int) -> dict[str, Any]:
-    kind = draw(st.sampled_from(["user", "assistant", "call", "result", "named", "parts", "system"]))
+    kind = draw(
+        st.sampled_from(["user", "assistant", "call", "parallel", "result", "named", "parts", "system"])
+    )
     text = draw(st.sampled_from(WORDS))
-    if kind == "call":
-        return {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": f"c{i % 3}", "type": "function", "function": {"name": f"f{i}", "arguments": "{}"}}
-            ],
-        }
+    if kind in ("call", "parallel"):
+        # Parallel calls render as one wrapper call, their results as one message (counting.py): a
+        # body that adds or edits one of a run of results must still read as the whole run.
+        calls = [
+            {"id": f"c{(i + k) % 3}", "type": "function", "function": {"name": f"f{i}", "arguments": args}}
+            for k, args in enumerate(
+                ["{}", '{"q": 1}', "{}"][: 1 if kind == "call" else draw(st.integers(2, 3))]
+            )
+        ]
+        return {"role": "assistant", "content": None, "tool_calls": calls}
     if kind == "result":
         return {"role": "tool", "tool_call_id": f"c{draw(st.integers(0, 2))}", "content": text}
     if kind == "named":
@@ -499,3 +503,18 @@ def test_interleaved_conversations_of_one_tenant_equal_scratch(
         bodies.append(runs[i][at[i]])
         at[i] += 1
     _check(provider, bodies)
+
+
+def test_a_result_added_to_the_results_of_parallel_calls_rereads_them_all() -> None:
+    """The results of parallel calls are one rendered message (counting._parallel_run): the body that
+    adds the second result must not resume after the first one, which the earlier body closed."""
+    calls = [
+        {"id": f"c{k}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for k in (0, 1)
+    ]
+    items = [
+        {"role": "user", "content": "both"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c0", "content": "one"},
+    ]
+    bodies = [_chat(items), _chat([*items, {"role": "tool", "tool_call_id": "c1", "content": "two"}])]
+    _check("openai-chat", bodies)
