@@ -41,7 +41,7 @@ from .rendering import (
     render_additional_tools,
     render_function,
     render_response_format,
-    response_format_correction,
+    strict_format_name,
     tool_correction,
 )
 from .tokenizers import Tokenizer, get_tokenizer
@@ -205,13 +205,16 @@ class PromptCounter:
             self.memo.put(key, hit)
         return hit[0]
 
-    def _schema_correction(self, tok: Tokenizer, seg: Segment) -> int:
-        """What the provider counts for a response format beyond its text
-        (rendering.response_format_correction)."""
-        key = (tok.name, "rf-correction", seg.digest)
+    def _strict_answer(self, tok: Tokenizer, framing: Framing, seg: Segment) -> int:
+        """What addressing an answer to the strict format ``seg`` costs (its name's tokens plus
+        strict_format_turn), 0 for a format that is not strict (rendering.strict_format_name)."""
+        if framing.strict_format_turn is None:
+            return 0
+        key = (tok.name, "rf-strict", seg.digest)
         hit = self.memo.get(key)
         if hit is None:
-            hit = (response_format_correction(seg.text),)
+            name = strict_format_name(seg.text)
+            hit = (0 if name is None else len(tok.encode(name)) + framing.strict_format_turn,)
             self.memo.put(key, hit)
         return hit[0]
 
@@ -343,6 +346,9 @@ class PromptCounter:
         # The tool-use system prompt depends on tool_choice, but tool_choice does not invalidate the tools
         # cache: the tools section carries the smaller of the two, _request_extras the difference.
         tools_once = min(framing.tools_once, _tools_forced(framing))
+        # A strict json_schema format: what each answer addressed to it costs (0: none is).
+        schema = shape.last_schema
+        answers = self._strict_answer(tok, framing, segs[schema]) if schema >= 0 else 0
         seen_system = shape.first_system is not None and shape.first_system < start
         first_system = shape.first_system if seen_system else None
         for i in range(start, len(segs)):
@@ -374,8 +380,8 @@ class PromptCounter:
                 if framing.schema_alone is not None and first_tool < 0:
                     # Without tools this section is the one joined to the system message (or opening one).
                     lead = framing.schema_alone + (self._own_message(tok, framing) if host is None else 0)
-                if framing.typescript_tools:
-                    lead += self._schema_correction(tok, seg)
+                if self._strict_answer(tok, framing, seg):
+                    lead += framing.strict_format_section
                 tokens.extend([PAD] * max(0, lead))
                 tokens.extend(self._segment_content(tok, framing, seg))
                 low = _shift(tokens, min(0, lead), low)
@@ -422,6 +428,8 @@ class PromptCounter:
                     tokens.extend([SEP] * (framing.per_message - 2))
                     if role == "assistant":
                         tokens.extend([PAD] * framing.assistant_extra)
+                        if answers and _answer_in_text(segs, i):
+                            tokens.extend([PAD] * answers)  # addressed to the strict format
                         if i > 0 and segs[i - 1].kind == "tool_result":
                             tokens.extend([PAD] * framing.resumes_after_result)
                 after = -1 if merged else 0  # a framing correction below zero, applied after the content
@@ -459,7 +467,7 @@ class PromptCounter:
         # block of this request ends where the same block ends inside a longer, later request.
         content_end = len(tokens)
         resumes = bool(segs) and segs[-1].kind == "tool_result"
-        tokens.extend(_reply(framing.reply + (framing.resumes_after_result if resumes else 0)))
+        tokens.extend(_reply(framing.reply + (framing.resumes_after_result if resumes else 0) + answers))
         if prompt.forced_function is not None and framing.forced_call is not None:
             primed = legacy_calls(framing) if shape.legacy_functions else framing
             tokens.extend(self._recipient(tok, primed, prompt.forced_function))
@@ -527,6 +535,23 @@ def _legacy_segment(seg: Segment) -> bool:
     if seg.kind == "tool_use":
         return seg.path.endswith(".function_call")
     return seg.kind == "tool_result" and seg.role == "function"
+
+
+def _answer_in_text(segs: Sequence[Segment], i: int) -> bool:
+    """Whether the assistant message that opens at segment ``i`` answers in text (content, and no tool
+    call): what a strict format addresses (framing.strict_format_turn)."""
+    m, found = segs[i].message_index, False
+    for j in range(i, len(segs)):
+        seg = segs[j]
+        if seg.message_index != m:
+            break
+        if seg.kind == "tool_use":
+            return False
+        if seg.path.endswith((".name", ".refusal")):
+            continue
+        # A content string that is not empty, or any content part.
+        found = found or seg.kind != "message" or bool(seg.text)
+    return found
 
 
 def _lone_result(segs: Sequence[Segment], j: int) -> bool:

@@ -61,6 +61,13 @@ class Framing:
     # merged results cost parallel_results_extra beyond per_tool_result.
     parallel_wrapper: bool = False
     parallel_results_extra: int = 0
+    # Chat Completions (4o / 4.1): a json_schema format sent with strict: true addresses the assistant's
+    # answers to it (rendering.strict_format_name): the reply and each earlier assistant message with
+    # text (not a tool call) cost the name's tokens plus strict_format_turn, the section itself
+    # strict_format_section. None: no such rule (Responses: the same strict schemas are exact there
+    # without it; harmony: no record).
+    strict_format_turn: int | None = None
+    strict_format_section: int = 0
     # Responses (harmony: gpt-5.4 family, gpt-5.6-terra): an assistant turn right after a tool result (a
     # further call, a message, or the reply priming when the prompt ends with the result) costs this
     # beyond its own framing; after a user or developer message it does not.
@@ -86,9 +93,8 @@ class Framing:
 #   gpt-5-mini first turns, held-out dev) and 3 joined to a message (the training refusal records).
 #   A call + its result cost 6 beyond names and text (harmony's result header " to=assistant" +
 #   channel: per_tool_result 5; gpt-5 / 5.2 / 5.4-mini / 5-mini held-out dev, both APIs; gpt-5-nano's
-#   one training call is 1 over). Harmony's parallel calls (one assistant turn, several calls) fit no
-#   rendering tried: 3-call turns of gpt-5-nano report 8 less, gpt-5.4's 2-call turn 11 more. Those of
-#   4o / 4.1 are one multi_tool_use.parallel call (parallel_wrapper; rendering.parallel_call_piece).
+#   one training call is 1 over). Parallel calls (one assistant turn, several calls) are one
+#   multi_tool_use.parallel call in Chat Completions, as for 4o (parallel_wrapper; FRAMING below).
 # - tools (rendering.py; training split of bench/bench_counting.py, cases by record id in
 #   tests/engine/test_openai_tool_counting.py): the section joins the first system / developer
 #   message after a blank line, tokenized with that message's end (tools_in_system), or opens a system
@@ -122,6 +128,8 @@ _CHAT = Framing(
     compact_arguments=True,
     parallel_wrapper=True,
     parallel_results_extra=1,
+    strict_format_turn=2,
+    strict_format_section=-4,
 )
 # Chat Completions re-serialises a call's arguments (compact_arguments): of the one-call requests
 # outside the final halves whose arguments were sent with spaces ('{"value": "one"}'), 9 of 11 were
@@ -158,6 +166,8 @@ _RESPONSES = replace(
     compact_arguments=False,
     parts_joined=True,
     parallel_wrapper=False,
+    strict_format_turn=None,
+    strict_format_section=0,
 )
 
 
@@ -208,9 +218,11 @@ _HARMONY = replace(
     per_tool_call=1,
     per_tool_result=5,
     tool_dialect="harmony",
-    # Harmony's parallel calls fit no rendering tried (the wrapper leaves gpt-5-nano's one setup 5 under,
-    # gpt-5.4's 4 under: two setups): each call stays a message of its own.
+    # Responses items are never a parallel run (each call is an item of its own); Chat Completions'
+    # gpt-5 framing below turns the wrapper on.
     parallel_wrapper=False,
+    strict_format_turn=None,
+    strict_format_section=0,
 )
 # gpt-5 (harmony) renders tools inside the developer message (openai/harmony): joined to one the
 # section costs tools_once 3, alone it costs the same (tools_alone 0; see the gpt-5 note above).
@@ -246,7 +258,14 @@ _HARMONY_RESPONSES = replace(
 _HARMONY_RESPONSES_RESUMING = replace(_HARMONY_RESPONSES, resumes_after_result=1)
 FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", ""): _CHAT,
-    ("openai-chat", "gpt-5"): replace(_HARMONY, tools_once=84, tools_alone=1, preamble=84),
+    # Parallel calls: the 4o wrapper too (parallel_wrapper). Outside the final halves: crewAI's
+    # gpt-5-nano 3-call turn (5 records) 8 over without it, chatlas' gpt-5.4 2-call turn 10 under beyond
+    # its first turn's 1; both exact with it. The output tokens agree: gpt-5.4 (no reasoning tokens)
+    # reports 50 for making chatlas' two calls (the wrapper's text 51 in Responses, two calls 41)
+    # and 85 for ellmer's four (gpt-5.4-nano; wrapper 85, apart 87). No final record has one.
+    ("openai-chat", "gpt-5"): replace(
+        _HARMONY, tools_once=84, tools_alone=1, preamble=84, parallel_wrapper=True, parallel_results_extra=1
+    ),
     ("openai-chat", "o3"): replace(_CHAT, reply=2),
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-responses", ""): _RESPONSES,

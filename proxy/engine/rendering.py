@@ -239,11 +239,16 @@ def tool_correction(
 
 # Structured outputs. OpenAI: the json_schema format as a "# Response Formats" section (harmony's
 # layout: "## NAME", the format's description as a comment, then the schema) with the schema as
-# compact JSON in its own key order, with titles and descriptions but without what strict mode
-# implies or does not enforce: additionalProperties, required, default and the validation keywords
-# (minimum, maxItems, pattern, ...). Of the JSON variants tried on the training split (each keyword
-# dropped or kept, both separators, ASCII escapes or not, with and without the header) this one
-# leaves the same residual (schema_once) for 11 of 16 schemas, ±1 for 2 more; anyOf costs ~3 more.
+# compact JSON in its own key order, non-ASCII escaped, with titles and descriptions but without what
+# strict mode implies or does not enforce: additionalProperties, required, default and the validation
+# keywords (minimum, maxItems, pattern, ...). A strict format also addresses the assistant's answers
+# to it (framing.strict_format_turn; strict_format_name). Of the JSON variants tried on the training
+# split (each keyword dropped or kept, both separators, ASCII escapes or not, sorted keys, TypeScript
+# types, with and without the header) this one with the strict rule fits every Chat Completions record
+# outside the final halves (182 training, 12 dev; before it 140 and 8): crewAI's StepObservation was
+# 6 and 12 short only for its em-dashes, ASCII-escaped. A leaked gpt-4.1 system message
+# (ghost.ai.moda, "OpenAI Internals: Structured Outputs to System Prompts") shows the same section:
+# compact JSON in the user's key order, without required, additionalProperties or strict.
 # Anthropic (output_format / output_config.format): the schema as indented JSON plus schema_once; it
 # is not a segment (the adapter keeps it in params), so its tokens are TokenizedPrompt.hidden.
 _SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
@@ -297,43 +302,28 @@ def render_response_format(text: str) -> str | None:
     if holder.get("description"):
         head += f"// {holder['description']}\n"
     schema = _strip_annotations(holder.get("schema", {}))
-    return head + json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    return head + json.dumps(schema, separators=(",", ":"))
 
 
-def _nullable_unions(schema: Any) -> int:
-    """How many ``anyOf`` lists in ``schema`` have a ``{"type": "null"}`` member (pydantic's
-    ``X | None`` fields)."""
-    if isinstance(schema, list):
-        return sum(_nullable_unions(v) for v in schema)
-    if not isinstance(schema, Mapping):
-        return 0
-    found = 0
-    members = schema.get("anyOf")
-    if isinstance(members, list) and any(isinstance(m, Mapping) and m.get("type") == "null" for m in members):
-        found = 1
-    return found + sum(_nullable_unions(v) for v in schema.values())
+def strict_format_name(text: str) -> str | None:
+    """The name of a json_schema response format sent with ``strict: true`` (None for any other).
 
-
-# A nullable union costs 3 tokens beyond its JSON in the rendered response format (the counter adds it
-# to the schema section, as tool_correction's tokens to a tool): every first-turn
-# Chat Completions request of the training split whose schema has one or two such unions and nothing
-# else unmodelled is short by exactly 3 per union (crewAI's LLMGuardrailResult, 1 union: 11 requests,
-# gpt-4o and gpt-4.1-mini; StepObservation, 2 unions: 21 requests, gpt-4o-mini). No variant of the
-# JSON tried (a type list, oneOf, "nullable": true, "default": null, a spaced null member) costs
-# exactly 3 in both schemas; unions without a null member are exact (pydantic-ai's native output).
-NULLABLE_UNION = 3
-
-
-def response_format_correction(text: str) -> int:
-    """Tokens the provider counts for a json_schema response format beyond its rendered text."""
+    Chat Completions (4o / 4.1) addresses the assistant's answers to a strict format: each earlier
+    assistant message with text and the reply cost the format's name plus strict_format_turn, the
+    section strict_format_section less (framing.py). Every strict first turn outside the final halves
+    is short by the name's tokens less 2 without it (Reason, Invoice, Book: one-token names, 1 over;
+    FentanylHandbook 3 short, TaskEvaluationPydanticOutput 4), and every later turn by name + 2 per
+    earlier answer (crewAI's ScoreOutput, Mirascope's int resumed). The nullable-union cost this
+    replaces (3 a union) was LLMGuardrailResult's five-token name and StepObservation's em-dashes."""
     try:
         spec = json.loads(text)
     except ValueError:
-        return 0
+        return None
     holder = spec.get("json_schema", spec) if isinstance(spec, Mapping) else None
-    if not isinstance(holder, Mapping):
-        return 0
-    return NULLABLE_UNION * _nullable_unions(holder.get("schema"))
+    if not isinstance(holder, Mapping) or holder.get("strict") is not True:
+        return None
+    name = holder.get("name")
+    return name if isinstance(name, str) else ""
 
 
 def param_object(prompt: Prompt, name: str) -> Mapping[str, Any]:

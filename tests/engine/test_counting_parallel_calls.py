@@ -27,6 +27,9 @@ RECORD_CASES = {
     "openai_gpt_4o_completions/sync.yaml#1",
     "mirascope-two-calls-4o-mini": "Mirascope/mirascope:typescript/tests/e2e/output/cassettes/tools/"
     "openai_completions/calls-tool-and-resumes-with-results.har#1",
+    # gpt-5-nano (harmony framing), three calls: 8 over as three messages
+    "gpt-5-nano-three-calls": CREWAI + "agents/TestOpenAINativeToolCalling."
+    "test_openai_parallel_native_tool_calling_test_crew.yaml#1",
     # three calls of three tools (gpt-4o-mini), results with a name the API ignores
     "crewai-three-calls": CREWAI + "agents/TestOpenAINativeToolCalling."
     "test_openai_parallel_native_tool_calling_test_agent_kickoff.yaml#1",
@@ -138,11 +141,22 @@ def test_cl100k_escapes_non_ascii_in_string_results() -> None:
 
 
 @pytest.mark.parametrize("model", ["gpt-5-mini", "gpt-5.4"])
-def test_harmony_models_keep_a_message_per_call(model: str) -> None:
-    """gpt-5's parallel calls fit no rendering tried (framing._HARMONY): each call stays a message of
-    its own, as if sent in assistant messages of their own, but for the assistant marker of the one."""
+def test_harmony_chat_wraps_parallel_calls_too(model: str) -> None:
+    """gpt-5's Chat Completions renders parallel calls with the same wrapper (framing.FRAMING): two
+    calls cost what one wrapper call of their JSON costs in harmony's framing, not two messages."""
     parallel = {"role": "assistant", "content": None, "tool_calls": [_call(0, "Paris"), _call(1, "Rome")]}
     apart = [{"role": "assistant", "content": None, "tool_calls": [c]} for c in parallel["tool_calls"]]
     results = [{"role": "tool", "tool_call_id": f"call_{k}", "content": "Sunny"} for k in (0, 1)]
-    extra = framing_for("openai-chat", model).assistant_extra
-    assert _count([ASK, parallel, *results], model) == _count([ASK, *apart, *results], model) - extra
+    framing = framing_for("openai-chat", model)
+    wrapper = (
+        '{"tool_uses":[{"recipient_name":"functions.weather","parameters":{"city":"Paris"}},'
+        '{"recipient_name":"functions.weather","parameters":{"city":"Rome"}}]}'
+    )
+    call_message = 3 + _tokens("assistant") + framing.assistant_extra + _tokens(" to=multi_tool_use.parallel")
+    call_message += framing.per_tool_call + _tokens(wrapper)
+    result_message = (
+        3 + _tokens("multi_tool_use.parallel") + framing.per_tool_result + 1 + _tokens('["Sunny", "Sunny"]')
+    )
+    assert _count([ASK, parallel, *results], model) - _count([ASK], model) == call_message + result_message
+    # Sent as one call per assistant message, nothing is merged.
+    assert _count([ASK, *apart, *results], model) != _count([ASK, parallel, *results], model)
