@@ -437,17 +437,20 @@ class PromptCounter:
                     # A run of parallel calls sent without item ids costs what it costs with them: the
                     # opening call's call_without_id is taken back by the call that joins it.
                     tokens.extend([PAD] * max(0, -own.call_without_id))
+                named = seg.kind == "other" and seg.path.endswith(".name")  # the author's name
                 if seg.kind == "tool_use" and not merged and not further:
                     # The adapter's text is "name\narguments": name and arguments are in the content.
                     call = own.per_tool_call + (own.call_without_id if seg.item_id is None else 0)
                     tokens.extend([PAD] * max(0, call))
                     after = min(0, call)
-                elif seg.kind == "other" and seg.path.endswith(".name"):
+                elif named:
                     tokens.extend([PAD] * framing.per_name)
                 elif seg.kind == "tool_result" and not further:
                     extra = framing.parallel_results_extra if par is not None else 0
                     tokens.extend([PAD] * (own.per_tool_result + extra))
-                if par is not None:
+                if named and framing.name_prefix:
+                    tokens.extend(self._content(tok, "name", seg, framing.name_prefix + seg.text))
+                elif par is not None:
                     tokens.extend(self._parallel_content(tok, segs, i, par))
                     if further:  # one JSON text with the part before it
                         low = _shift(tokens, self._parallel_join(tok, segs, i, par), low)

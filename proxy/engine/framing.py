@@ -19,7 +19,14 @@ class Framing:
     per_tool: int = 0  # per tool definition, beyond its rendered text
     per_tool_call: int = 0  # per tool call in an assistant turn, beyond its name + arguments
     per_tool_result: int = 0  # per tool result, beyond its content
-    per_name: int = 1  # a chat message's author ``name`` (cookbook: tokens_per_name = 1)
+    # A chat message's author ``name``: rendered after the role as ``name_prefix + name``, a text of its
+    # own (openai/harmony src/encoding.rs writes ":{name}"), plus per_name. The cookbook's
+    # tokens_per_name = 1 is that text whenever ":" does not merge with the name's first letters;
+    # where it does (":user", ":test", ":a"), the name costs one less: wandb/weave's AutoGen cassettes
+    # (tests/integrations/autogen/cassettes/autogen_test/, gpt-4.1-nano, name "user" on user
+    # messages) report 1 for it in 6 of 6 requests, where name + 1 gave 2.
+    per_name: int = 0
+    name_prefix: str = ":"
     schema_once: int = 0  # once for a structured-output schema, beyond its rendered text
     # OpenAI chat: a schema without tools joins the system message as the tools would (host framing
     # computed) and costs this instead of schema_once. None: schema_once in every case.
@@ -190,8 +197,8 @@ def legacy_calls(framing: Framing) -> Framing:
 
 _ANTHROPIC = Framing(
     per_message=2, reply=4, tools_once=438, tools_forced=532, per_tool=0, per_tool_call=23,
-    per_tool_result=23, per_name=0, system_once=0, thinking_once=21, schema_once=75, typescript_tools=False,
-    role_tokens=False,
+    per_tool_result=23, name_prefix="", system_once=0, thinking_once=21, schema_once=75,
+    typescript_tools=False, role_tokens=False,
 )  # fmt: skip
 # Claude 4 / 4.1 / 3.7 Sonnet (ratio 1.2).
 _CLAUDE_4 = replace(

@@ -4,10 +4,11 @@ API and the notebook prints ``response.usage.prompt_tokens`` beside its own esti
 
 Section 6 puts a ``name`` on four of six messages (the few-shot "example_user" /
 "example_assistant" pattern): 129 prompt tokens for gpt-3.5-turbo and gpt-4 (cl100k), 124 for
-gpt-4o and gpt-4o-mini (o200k). The author name costs its tokens plus one (Framing.per_name), in
-either tokenizer. Section 7 adds one function with an enum and descriptions: 105 and 101.
-These are the only public API-measured chat requests with a message ``name`` we know of; no record
-of the calibration data or of the cassettes' dev half has one.
+gpt-4o and gpt-4o-mini (o200k). The author name costs the tokens of ``":" + name``
+(Framing.name_prefix), which for these names is their tokens plus one, in either tokenizer
+(test_counting_names.py has the names where the two part). Section 7 adds one function with an enum
+and descriptions: 105 and 101. No record of the calibration data or of the cassettes' dev half has a
+message ``name``.
 """
 
 from __future__ import annotations
