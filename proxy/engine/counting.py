@@ -406,8 +406,12 @@ class PromptCounter:
                 par = _parallel_run(segs, i) if framing.parallel_wrapper else None
                 further = par is not None and par[0] > 0
                 further_call = not opens and seg.kind == "tool_use" == segs[i - 1].kind
-                if further_call and framing.typescript_tools and par is None:
-                    # Each further call of one assistant turn is rendered as a message of its own.
+                after_text = not opens and seg.kind == "tool_use" and _said(segs[i - 1])
+                own_message = (further_call and par is None) or (after_text and not framing.calls_share_message)
+                if own_message and framing.typescript_tools:
+                    # Each call of an assistant turn is a message of its own: one after another call, and
+                    # one after the turn's text (dd-trace's handoff turn, text then a call, the only such
+                    # body outside the final halves: 3 under as one message, exact as two).
                     tokens.extend(
                         (END, START, *self._role(tok, "assistant"), *[SEP] * (framing.per_message - 2))
                     )
@@ -538,6 +542,13 @@ def _legacy_segment(seg: Segment) -> bool:
     if seg.kind == "tool_use":
         return seg.path.endswith(".function_call")
     return seg.kind == "tool_result" and seg.role == "function"
+
+
+def _said(seg: Segment) -> bool:
+    """Whether ``seg`` is text an assistant said (its content, not empty; or a part of it)."""
+    if seg.path.endswith((".name", ".refusal")) or seg.kind in ("tool_use", "other"):
+        return False
+    return seg.kind != "message" or bool(seg.text)
 
 
 def _answer_in_text(segs: Sequence[Segment], i: int) -> bool:
