@@ -160,3 +160,27 @@ def test_harmony_chat_wraps_parallel_calls_too(model: str) -> None:
     assert _count([ASK, parallel, *results], model) - _count([ASK], model) == call_message + result_message
     # Sent as one call per assistant message, nothing is merged.
     assert _count([ASK, *apart, *results], model) != _count([ASK, parallel, *results], model)
+
+
+def test_a_call_after_the_turns_text_is_a_message_of_its_own() -> None:
+    """An assistant message with text and a call costs what the text and the call cost as two
+    assistant messages: each call is a message of its own, after the text as after another call."""
+    said = "Let me look that up."
+    both = {"role": "assistant", "content": said, "tool_calls": [_call(0, "Paris")]}
+    apart = [{"role": "assistant", "content": said}, {"role": "assistant", "tool_calls": [_call(0, "Paris")]}]
+    result = {"role": "tool", "tool_call_id": "call_0", "content": "Sunny"}
+    assert _count([ASK, both, result]) == _count([ASK, *apart, result])
+    # Empty text is no text: the call opens the message.
+    empty = {"role": "assistant", "content": "", "tool_calls": [_call(0, "Paris")]}
+    absent = {"role": "assistant", "tool_calls": [_call(0, "Paris")]}
+    assert _count([ASK, empty, result]) == _count([ASK, absent, result])
+
+
+def test_the_handoff_turn_adds_nothing_beyond_its_cassettes_offset() -> None:
+    """dd-trace's handoff cassette (cassette source, dev half): its request #1 (one call, before any
+    text-and-call turn) is 1 over; #2 adds a turn with text and a call, and stays 1 over (3 under when
+    the call shared the text's message)."""
+    cassette = "DataDog/dd-trace-py:tests/contrib/openai_agents/cassettes/"
+    cassette += "test_multiple_agent_handoffs_with_chat_completions.yaml"
+    first, second = counted(cassette + "#1"), counted(cassette + "#2")
+    assert second[0] - second[1] == first[0] - first[1]
