@@ -407,7 +407,9 @@ class PromptCounter:
                 further = par is not None and par[0] > 0
                 further_call = not opens and seg.kind == "tool_use" == segs[i - 1].kind
                 after_text = not opens and seg.kind == "tool_use" and _said(segs[i - 1])
-                own_message = (further_call and par is None) or (after_text and not framing.calls_share_message)
+                own_message = (further_call and par is None) or (
+                    after_text and not framing.calls_share_message
+                )
                 if own_message and framing.typescript_tools:
                     # Each call of an assistant turn is a message of its own: one after another call, and
                     # one after the turn's text (dd-trace's handoff turn, text then a call, the only such
