@@ -429,7 +429,13 @@ class PromptCounter:
                     elif seg.kind == "tool_result" and seg.name and framing.typescript_tools:
                         role = own.result_prefix + seg.name  # the result's author is the function
                     tokens.append(START)
-                    if framing.role_tokens:
+                    authored = seg.kind == "tool_result" and bool(seg.name) and par is None
+                    if framing.role_tokens and authored and own.result_name_apart and own.result_prefix:
+                        # "functions" and the function's name, each a text of its own (the "." between
+                        # them is per_tool_result's token; framing.result_name_apart).
+                        tokens.extend(self._role(tok, own.result_prefix.rstrip(".")))
+                        tokens.extend(self._role(tok, role.removeprefix(own.result_prefix)))
+                    elif framing.role_tokens:
                         tokens.extend(self._role(tok, role))
                     tokens.extend([SEP] * (framing.per_message - 2))
                     if role == "assistant":

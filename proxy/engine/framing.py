@@ -75,6 +75,16 @@ class Framing:
     # without it; harmony: no record).
     strict_format_turn: int | None = None
     strict_format_section: int = 0
+    # Chat Completions (4o / 4.1, cl100k tools): a result's author "functions.NAME" is "functions" and
+    # the name, each tokenized on its own (the "." is per_tool_result's token). Where "." does not
+    # merge with the name's first letters (".cal|culator", ".d|anger|ous", ".De|legate") the author
+    # costs one token less than "functions.NAME" as one text: every such call + result outside the
+    # final halves was one over, 16 records of 4o / 4o-mini / 4.1 and 2 of gpt-3.5-turbo, and no exact
+    # one has such a name (pydantic-ai's twin bodies test_prefect_agent_with_model_retry#1, exact, and
+    # test_durability_agent_with_model_retry#1, one over, differ in the name alone:
+    # get_weather_in_city / durability_get_weather_in_city). A call's " to=functions.NAME" stays one
+    # text (a forced TrainingTaskEvaluation primes the reply so, exact). No final record has such a name.
+    result_name_apart: bool = False
     # Responses (harmony: gpt-5.4 family, gpt-5.6-terra): an assistant turn right after a tool result (a
     # further call, a message, or the reply priming when the prompt ends with the result) costs this
     # beyond its own framing; after a user or developer message it does not.
@@ -137,6 +147,7 @@ _CHAT = Framing(
     parallel_results_extra=1,
     strict_format_turn=2,
     strict_format_section=-4,
+    result_name_apart=True,
 )
 # Chat Completions re-serialises a call's arguments (compact_arguments): of the one-call requests
 # outside the final halves whose arguments were sent with spaces ('{"value": "one"}'), 9 of 11 were
@@ -175,6 +186,7 @@ _RESPONSES = replace(
     parallel_wrapper=False,
     strict_format_turn=None,
     strict_format_section=0,
+    result_name_apart=False,
 )
 
 
@@ -230,6 +242,7 @@ _HARMONY = replace(
     parallel_wrapper=False,
     strict_format_turn=None,
     strict_format_section=0,
+    result_name_apart=False,
 )
 # gpt-5 (harmony) renders tools inside the developer message (openai/harmony): joined to one the
 # section costs tools_once 3, alone it costs the same (tools_alone 0; see the gpt-5 note above).

@@ -177,9 +177,9 @@ def test_a_call_after_the_turns_text_is_a_message_of_its_own() -> None:
 
 
 def test_the_handoff_turn_adds_nothing_beyond_its_cassettes_offset() -> None:
-    """dd-trace's handoff cassette (cassette source, dev half): its request #1 (one call, before any
-    text-and-call turn) is 1 over; #2 adds a turn with text and a call, and stays 1 over (3 under when
-    the call shared the text's message)."""
+    """dd-trace's handoff cassette (cassette source, dev half): its request #2 adds a turn with text
+    and a call to #1 (one call, no such turn), and is off by what #1 is off by (0 since the
+    result-author rule, 1 before it; #2 was 3 under when the call shared the text's message)."""
     cassette = "DataDog/dd-trace-py:tests/contrib/openai_agents/cassettes/"
     cassette += "test_multiple_agent_handoffs_with_chat_completions.yaml"
     first, second = counted(cassette + "#1"), counted(cassette + "#2")
