@@ -210,7 +210,7 @@ class PromptCounter:
         strict_format_turn), 0 for a format that is not strict (rendering.strict_format_name)."""
         if framing.strict_format_turn is None:
             return 0
-        key = (tok.name, "rf-strict", seg.digest)
+        key = (tok.name, f"rf-strict:{framing.strict_format_turn}", seg.digest)
         hit = self.memo.get(key)
         if hit is None:
             name = strict_format_name(seg.text)
@@ -406,7 +406,7 @@ class PromptCounter:
                 par = _parallel_run(segs, i) if framing.parallel_wrapper else None
                 further = par is not None and par[0] > 0
                 further_call = not opens and seg.kind == "tool_use" == segs[i - 1].kind
-                after_text = not opens and seg.kind == "tool_use" and _said(segs[i - 1])
+                after_text = not opens and seg.kind == "tool_use" and _said_before(segs, i)
                 own_message = (further_call and par is None) or (
                     after_text and not framing.calls_share_message
                 )
@@ -553,10 +553,25 @@ def _legacy_segment(seg: Segment) -> bool:
 
 
 def _said(seg: Segment) -> bool:
-    """Whether ``seg`` is text an assistant said (its content, not empty; or a part of it)."""
-    if seg.path.endswith((".name", ".refusal")) or seg.kind in ("tool_use", "other"):
+    """Whether ``seg`` is content an assistant said: text that is not empty, or an image or file part
+    (not its name, refusal, audio or a call)."""
+    if seg.path.endswith((".name", ".refusal")):
         return False
-    return seg.kind != "message" or bool(seg.text)
+    if seg.kind in ("message", "text"):
+        return bool(seg.text)
+    return seg.kind in ("image", "document")
+
+
+def _said_before(segs: Sequence[Segment], i: int) -> bool:
+    """Whether the message of call ``i`` says something before its first call."""
+    m = segs[i].message_index
+    for j in range(i - 1, -1, -1):
+        seg = segs[j]
+        if seg.message_index != m or seg.kind == "tool_use":
+            return False
+        if _said(seg):
+            return True
+    return False
 
 
 def _answer_in_text(segs: Sequence[Segment], i: int) -> bool:
@@ -569,10 +584,7 @@ def _answer_in_text(segs: Sequence[Segment], i: int) -> bool:
             break
         if seg.kind == "tool_use":
             return False
-        if seg.path.endswith((".name", ".refusal")):
-            continue
-        # A content string that is not empty, or any content part.
-        found = found or seg.kind != "message" or bool(seg.text)
+        found = found or _said(seg)
     return found
 
 
@@ -590,9 +602,13 @@ def _lone_result(segs: Sequence[Segment], j: int) -> bool:
 def _call_run(segs: Sequence[Segment], i: int) -> tuple[int, int]:
     """First and last index of the calls of the assistant message that call ``i`` is in."""
     m, a, b = segs[i].message_index, i, i
-    while a > 0 and segs[a - 1].kind == "tool_use" and segs[a - 1].message_index == m:
+
+    def call(j: int) -> bool:  # a tools-format call of the same message (a legacy function_call is not)
+        return segs[j].kind == "tool_use" and segs[j].message_index == m and not _legacy_segment(segs[j])
+
+    while a > 0 and call(a - 1):
         a -= 1
-    while b + 1 < len(segs) and segs[b + 1].kind == "tool_use" and segs[b + 1].message_index == m:
+    while b + 1 < len(segs) and call(b + 1):
         b += 1
     return a, b
 
@@ -620,6 +636,8 @@ def _parallel_run(segs: Sequence[Segment], i: int) -> tuple[int, int] | None:
     b = i
     while b + 1 < len(segs) and _lone_result(segs, b + 1):
         b += 1
+    if b + 1 < len(segs) and segs[b + 1].kind == "tool_result" and segs[b + 1].role == "tool":
+        return None  # a result in parts follows: the run is not one message of texts, nothing merges
     return i - a, b - a + 1
 
 

@@ -143,7 +143,7 @@ def compact_json(text: str) -> str:
     re-serialised without spaces, keys in the order sent; text that is not JSON stays as it is."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return text
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -171,7 +171,7 @@ def parallel_call_piece(name: str, arguments: str, *, first: bool, last: bool) -
     before the others, ``]}`` after the last."""
     try:
         params: Any = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         params = arguments
     item = json.dumps(
         {"recipient_name": "functions." + name, "parameters": params},
@@ -187,7 +187,7 @@ def parallel_result_piece(text: str, *, first: bool, last: bool, ascii_strings: 
     emoji result is exact so, and 12 under without)."""
     try:
         value: Any = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         value = text
     if isinstance(value, (dict, list)):
         item = json.dumps(value)
@@ -246,7 +246,8 @@ def tool_correction(
 # split (each keyword dropped or kept, both separators, ASCII escapes or not, sorted keys, TypeScript
 # types, with and without the header) this one with the strict rule fits every Chat Completions record
 # outside the final halves (182 training, 12 dev; before it 140 and 8): crewAI's StepObservation was
-# 6 and 12 short only for its em-dashes, ASCII-escaped. A leaked gpt-4.1 system message
+# 6 and 12 short only for its em-dashes, ASCII-escaped (the escaping applies to every API's section:
+# only Chat Completions records on 4o have a schema with non-ASCII text). A leaked gpt-4.1 system message
 # (ghost.ai.moda, "OpenAI Internals: Structured Outputs to System Prompts") shows the same section:
 # compact JSON in the user's key order, without required, additionalProperties or strict.
 # Anthropic (output_format / output_config.format): the schema as indented JSON plus schema_once; it
@@ -317,7 +318,7 @@ def strict_format_name(text: str) -> str | None:
     replaces (3 a union) was LLMGuardrailResult's five-token name and StepObservation's em-dashes."""
     try:
         spec = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return None
     holder = spec.get("json_schema", spec) if isinstance(spec, Mapping) else None
     if not isinstance(holder, Mapping) or holder.get("strict") is not True:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from cachewarden.proxy.engine.adapters import parse_request
-from cachewarden.proxy.engine.counting import PromptCounter, framing_for
+from cachewarden.proxy.engine.counting import PromptCounter, _parallel_run, framing_for
 from cachewarden.proxy.engine.models import load_model_table
 from cachewarden.proxy.engine.tokenizers import get_tokenizer
 from cassette_counts import counted
@@ -184,3 +184,39 @@ def test_the_handoff_turn_adds_nothing_beyond_its_cassettes_offset() -> None:
     cassette += "test_multiple_agent_handoffs_with_chat_completions.yaml"
     first, second = counted(cassette + "#1"), counted(cassette + "#2")
     assert second[0] - second[1] == first[0] - first[1]
+
+
+def test_a_result_nested_past_the_json_parsers_depth_is_counted_as_text() -> None:
+    calls = {"role": "assistant", "content": None, "tool_calls": [_call(0, "Paris"), _call(1, "Rome")]}
+    results = [
+        {"role": "tool", "tool_call_id": "call_0", "content": "[" * 5000},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]
+    assert _count([ASK, calls, *results]) > _count([ASK, calls])
+
+
+def test_results_in_parts_are_not_merged() -> None:
+    """A run of results merges only when each is one text: one in parts leaves them all apart (the
+    text result then costs what it costs after a single call)."""
+    calls = {"role": "assistant", "content": None, "tool_calls": [_call(0, "Paris"), _call(1, "Rome")]}
+    text = {"role": "tool", "tool_call_id": "call_0", "content": "Sunny"}
+    parts = {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}],
+    }
+    single = {"role": "assistant", "content": None, "tool_calls": [_call(0, "Paris")]}
+    apart = _count([ASK, single, text]) - _count([ASK, single])
+    assert _count([ASK, calls, text, parts]) - _count([ASK, calls, parts]) == apart
+    assert _count([ASK, calls, parts, text]) - _count([ASK, calls, parts]) == apart
+
+
+def test_a_legacy_function_call_beside_one_tool_call_is_no_parallel_run() -> None:
+    both = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [_call(0, "Paris")],
+        "function_call": {"name": "weather", "arguments": "{}"},
+    }
+    prompt = parse_request({"model": "gpt-4o", "messages": [ASK, both]}, provider="openai-chat")
+    assert all(_parallel_run(prompt.segments, i) is None for i in range(len(prompt.segments)))

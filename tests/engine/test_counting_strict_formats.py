@@ -139,3 +139,19 @@ def test_the_schema_is_rendered_with_non_ascii_escaped() -> None:
     fmt["json_schema"]["schema"]["description"] = "Weather — now"
     rendered = render_response_format(json.dumps(fmt))
     assert rendered is not None and "Weather \\u2014 now" in rendered and "—" not in rendered
+
+
+@pytest.mark.parametrize(
+    "silent",
+    [
+        {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+        {"role": "assistant", "content": None, "audio": {"id": "audio_1"}},
+        {"role": "assistant", "content": ""},
+    ],
+)
+def test_an_answer_that_says_nothing_is_not_addressed(silent: dict[str, Any]) -> None:
+    """Empty text (a string or a part) and audio alone are not answers in text."""
+    turns = [ASK, silent, AGAIN]
+    assert _count(turns, _format(True)) - _count(turns, _format(False)) == _count(
+        [ASK], _format(True)
+    ) - _count([ASK], _format(False))
