@@ -7,8 +7,7 @@ Section 6 puts a ``name`` on four of six messages (the few-shot "example_user" /
 gpt-4o and gpt-4o-mini (o200k). The author name costs the tokens of ``":" + name``
 (Framing.name_prefix), which for these names is their tokens plus one, in either tokenizer
 (test_counting_names.py has the names where the two part). Section 7 adds one function with an enum
-and descriptions: 105 and 101. No record of the calibration data or of the cassettes' dev half has a
-message ``name``.
+and descriptions: 105 and 101. No record of the calibration data has a message ``name``.
 """
 
 from __future__ import annotations

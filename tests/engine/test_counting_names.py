@@ -6,9 +6,9 @@ autogen_test/test_agentchat_run_with_tool.yaml, test_agentchat_group_chat.yaml,
 test_agent_with_memory.yaml; gpt-4.1-nano, ``name: "user"`` on user messages) report 1 token for
 the name in each of their 6 requests: ":user" is one o200k token, where the cookbook's "name + 1"
 gives 2. The cookbook's names ("example_user", "example_assistant") cost name + 1 either way
-(test_counting_cookbook.py). No calibration record and no dev record has a name; the rule was fixed
-before the held-out final halves' five named requests were counted (all five exact with it, in
-aggregate; each was one over before).
+(test_counting_cookbook.py). No calibration record has a name; the rule was fixed before any held-out
+named request was counted (in aggregate afterwards: the dev halves' 2 and the final halves' 8 all
+exact, 3 of them before).
 """
 
 from __future__ import annotations
