@@ -405,38 +405,36 @@ class PromptCounter:
                 # is rendered as one wrapper call / one result message (rendering.parallel_call_piece).
                 par = _parallel_run(segs, i) if framing.parallel_wrapper else None
                 further = par is not None and par[0] > 0
-                further_call = not opens and seg.kind == "tool_use" == segs[i - 1].kind
+                after_call = i > 0 and seg.kind == "tool_use" == segs[i - 1].kind
                 after_text = not opens and seg.kind == "tool_use" and _said_before(segs, i)
-                own_message = (further_call and par is None) or (
-                    after_text and not framing.calls_share_message
+                own_message = (not opens and after_call and par is None) or (
+                    after_text and framing.call_after_text_apart
                 )
                 if own_message and framing.typescript_tools:
                     # Each call of an assistant turn is a message of its own: one after another call, and
-                    # one after the turn's text (dd-trace's handoff turn, text then a call, the only such
-                    # body outside the final halves: 3 under as one message, exact as two).
+                    # one after the turn's text (framing.call_after_text_apart).
                     tokens.extend(
                         (END, START, *self._role(tok, "assistant"), *[SEP] * (framing.per_message - 2))
                     )
                 # The legacy format (function_call, role "function") frames calls and results its own way.
                 own = legacy_calls(framing) if legacy and _legacy_segment(seg) else framing
                 # Responses (4o): a call right after another continues its message (calls_share_message).
-                after_call = i > 0 and seg.kind == "tool_use" == segs[i - 1].kind
                 merged = framing.calls_share_message and opens and after_call
                 if opens and not merged and not further:
                     role = seg.role or ("tool" if seg.kind == "tool_result" else "assistant")
+                    header: tuple[str, ...] = (role,)  # the header's texts, each tokenized on its own
                     if seg.kind == "tool_result" and par is not None:
                         role = PARALLEL_AUTHOR  # the merged results answer the wrapper
+                        header = (role,)
                     elif seg.kind == "tool_result" and seg.name and framing.typescript_tools:
                         role = own.result_prefix + seg.name  # the result's author is the function
+                        # "functions" and the name apart, the "." per_tool_result's token (framing).
+                        apart = own.result_name_apart and own.result_prefix
+                        header = (own.result_prefix.rstrip("."), seg.name) if apart else (role,)
                     tokens.append(START)
-                    authored = seg.kind == "tool_result" and bool(seg.name) and par is None
-                    if framing.role_tokens and authored and own.result_name_apart and own.result_prefix:
-                        # "functions" and the function's name, each a text of its own (the "." between
-                        # them is per_tool_result's token; framing.result_name_apart).
-                        tokens.extend(self._role(tok, own.result_prefix.rstrip(".")))
-                        tokens.extend(self._role(tok, role.removeprefix(own.result_prefix)))
-                    elif framing.role_tokens:
-                        tokens.extend(self._role(tok, role))
+                    if framing.role_tokens:
+                        for text in header:
+                            tokens.extend(self._role(tok, text))
                     tokens.extend([SEP] * (framing.per_message - 2))
                     if role == "assistant":
                         tokens.extend([PAD] * framing.assistant_extra)

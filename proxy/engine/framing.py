@@ -85,6 +85,10 @@ class Framing:
     # get_weather_in_city / durability_get_weather_in_city). A call's " to=functions.NAME" stays one
     # text (a forced TrainingTaskEvaluation primes the reply so, exact). No final record has such a name.
     result_name_apart: bool = False
+    # Chat Completions: a call after the assistant turn's text is a message of its own, as a call after
+    # another call is (dd-trace's handoff turn, the only such body outside the final halves: 3 under as
+    # one message; exact as two, with result_name_apart). Responses items are apart anyway.
+    call_after_text_apart: bool = False
     # Responses (harmony: gpt-5.4 family, gpt-5.6-terra): an assistant turn right after a tool result (a
     # further call, a message, or the reply priming when the prompt ends with the result) costs this
     # beyond its own framing; after a user or developer message it does not.
@@ -148,6 +152,7 @@ _CHAT = Framing(
     strict_format_turn=2,
     strict_format_section=-4,
     result_name_apart=True,
+    call_after_text_apart=True,
 )
 # Chat Completions re-serialises a call's arguments (compact_arguments): of the one-call requests
 # outside the final halves whose arguments were sent with spaces ('{"value": "one"}'), 9 of 11 were
@@ -187,6 +192,7 @@ _RESPONSES = replace(
     strict_format_turn=None,
     strict_format_section=0,
     result_name_apart=False,
+    call_after_text_apart=False,
 )
 
 

@@ -138,14 +138,22 @@ def render_function(fn: Mapping[str, Any], dialect: str = "chatml", *, legacy: b
     return "\n".join(lines)
 
 
+_NOT_JSON = object()
+
+
+def _parsed(text: str, otherwise: Any = _NOT_JSON) -> Any:
+    """``text`` as JSON, or ``otherwise`` where it is not JSON (or nests past the parser's depth)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return otherwise
+
+
 def compact_json(text: str) -> str:
     """A call's arguments as Chat Completions renders them (framing.compact_arguments): the JSON
     re-serialised without spaces, keys in the order sent; text that is not JSON stays as it is."""
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
-        return text
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    value = _parsed(text)
+    return text if value is _NOT_JSON else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 # Parallel calls in Chat Completions (4o / 4.1 era, framing.parallel_wrapper): an assistant message with
@@ -158,10 +166,10 @@ def compact_json(text: str) -> str:
 # documentation for API models": billed as input; it leaks as multi_tool_use.parallel / tool_uses /
 # recipient_name in vercel/ai#19067, Azure/azure-rest-api-specs#32329); the layout of its JSON and of the
 # merged results was found on the records outside the final halves, where one call per message was
-# exact but every two-call turn was 7 to 61 tokens under: 28 of the 35 such records are exact with it
-# (gpt-4o, 4o-mini, 4.1-nano; Mirascope, crewAI, pydantic-ai, otel, ellmer, activeagent), the other 7
-# are 5 over — as their cassettes' first requests, before any call — or one 87k-character outlier.
-# Cases by record id in tests/engine/test_counting_parallel_calls.py.
+# exact but every two-call turn was 7 to 61 tokens under (gpt-4o, 4o-mini, 4.1-nano; Mirascope, crewAI,
+# pydantic-ai, otel, ellmer, activeagent): with it all are exact but 5 that are 5 over, as their
+# cassettes' first requests before any call, and one 87k-character outlier (bench_counting_rules.py
+# prints the counts). Cases by record id in tests/engine/test_counting_parallel_calls.py.
 PARALLEL_RECIPIENT = " to=multi_tool_use.parallel"
 PARALLEL_AUTHOR = "multi_tool_use.parallel"
 
@@ -169,12 +177,8 @@ PARALLEL_AUTHOR = "multi_tool_use.parallel"
 def parallel_call_piece(name: str, arguments: str, *, first: bool, last: bool) -> str:
     """One call's part of the wrapper's JSON: the opening ``{"tool_uses":[`` before the first, a comma
     before the others, ``]}`` after the last."""
-    try:
-        params: Any = json.loads(arguments)
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
-        params = arguments
     item = json.dumps(
-        {"recipient_name": "functions." + name, "parameters": params},
+        {"recipient_name": "functions." + name, "parameters": _parsed(arguments, arguments)},
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -185,10 +189,7 @@ def parallel_result_piece(text: str, *, first: bool, last: bool, ascii_strings: 
     """One result's part of the merged results array. ``ascii_strings``: string results with
     non-ASCII escaped (the cl100k models' rendering: gpt-3.5-turbo's one parallel-call record with an
     emoji result is exact so, and 12 under without)."""
-    try:
-        value: Any = json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
-        value = text
+    value = _parsed(text, text)
     if isinstance(value, (dict, list)):
         item = json.dumps(value)
     else:
@@ -290,14 +291,18 @@ def _strip_annotations(schema: Any) -> Any:
     return out
 
 
+def _format_holder(text: str) -> Mapping[str, Any] | None:
+    """What holds a json_schema format's name, schema and strictness: chat's ``json_schema`` object,
+    or the format itself (Responses' ``text.format``)."""
+    spec = _parsed(text, None)
+    holder = spec.get("json_schema", spec) if isinstance(spec, Mapping) else None
+    return holder if isinstance(holder, Mapping) else None
+
+
 def render_response_format(text: str) -> str | None:
     """A json_schema response format (chat ``response_format`` / Responses ``text.format``) as rendered."""
-    try:
-        spec = json.loads(text)
-    except ValueError:
-        return None
-    holder = spec.get("json_schema", spec) if isinstance(spec, Mapping) else None
-    if not isinstance(holder, Mapping):
+    holder = _format_holder(text)
+    if holder is None:
         return None
     head = f"# Response Formats\n\n## {holder.get('name') or ''}\n\n"
     if holder.get("description"):
@@ -316,12 +321,8 @@ def strict_format_name(text: str) -> str | None:
     FentanylHandbook 3 short, TaskEvaluationPydanticOutput 4), and every later turn by name + 2 per
     earlier answer (crewAI's ScoreOutput, Mirascope's int resumed). The nullable-union cost this
     replaces (3 a union) was LLMGuardrailResult's five-token name and StepObservation's em-dashes."""
-    try:
-        spec = json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
-        return None
-    holder = spec.get("json_schema", spec) if isinstance(spec, Mapping) else None
-    if not isinstance(holder, Mapping) or holder.get("strict") is not True:
+    holder = _format_holder(text)
+    if holder is None or holder.get("strict") is not True:
         return None
     name = holder.get("name")
     return name if isinstance(name, str) else ""
