@@ -15,7 +15,9 @@ with a ``usage`` block becomes one record with the fields the benches read: ``so
 quality flags ``self_contained`` (false when the provider counts what the body does not show:
 images, files, audio, stored state, reasoning items, server tools; reasons in
 ``not_self_contained_reasons``), ``suspect`` (a hand-written response: placeholder ids, no input
-count, cached tokens below OpenAI's 1,024-token minimum, a usage block another provider wrote)
+count, cached tokens below OpenAI's 1,024-token minimum, a usage block another provider wrote, or a
+request body edited after its response was recorded: ``edited_after`` names the last commit with
+the body as recorded, found in the repository's history by cassette_sources.py)
 and ``duplicate_of`` (the same body with
 the same reported count as an earlier record: many instrumentation suites record one call in
 several variants, and it is counted once).
@@ -72,6 +74,9 @@ MIN_ID_LENGTH = 20
 # c / d: response model "moonshotai/kimi-k2", 8-9 tokens over the body's OpenAI count). That count is
 # another model's tokenizer, not a measure of ours.
 FOREIGN_USAGE = frozenset({"is_byok", "cost", "cost_details"})
+# Beside a repository's cassettes (written by cassette_sources.py from its git history): the
+# interactions whose request body was edited after their response was recorded (``edited_bodies``).
+EDITED_FILE = ".edited-bodies.json"
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -245,7 +250,12 @@ def _input_tokens(usage: Mapping[str, Any]) -> tuple[int | None, int]:
 
 
 def _interactions(path: Path) -> list[Mapping[str, Any]]:
-    raw = path.read_bytes()
+    return interactions_of(path.read_bytes())
+
+
+def interactions_of(raw: bytes) -> list[Mapping[str, Any]]:
+    """The interactions of one cassette's bytes (plain or gzipped YAML); raises yaml's and gzip's
+    errors on a file that is neither."""
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     doc = yaml.load(raw, Loader=_Loader)  # a SafeLoader
@@ -253,6 +263,64 @@ def _interactions(path: Path) -> list[Mapping[str, Any]]:
         return []
     found = doc.get("interactions") or doc.get("http_interactions") or []
     return [i for i in found if isinstance(i, Mapping)]
+
+
+def _pairing(interaction: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(response body, request body re-serialised: key order kept, layout not) of an interaction
+    with both and a response that can only come from one recording, else None."""
+    request, response = interaction.get("request"), interaction.get("response")
+    if not isinstance(request, Mapping) or not isinstance(response, Mapping):
+        return None
+    answer, asked = _text(response.get("body")), _text(request.get("body"))
+    if not answer or asked is None:
+        return None
+    # Only an answer with usage and a provider's long id is unique to its recording (an error body
+    # or a hand-written answer is the same text beside many requests).
+    usage, _, rid, _ = _usage(answer)
+    if usage is None or not rid or len(str(rid)) < MIN_ID_LENGTH:
+        return None
+    with contextlib.suppress(ValueError):  # not JSON: compared as the text it is
+        asked = json.dumps(json.loads(asked))
+    return answer, asked
+
+
+def edited_bodies(current: bytes, older: list[bytes]) -> dict[int, int]:
+    """Interactions of ``current`` whose request body was edited after their response was recorded:
+    {index: position in ``older`` (a cassette's earlier versions, newest first) of the newest
+    version that pairs the very same response body with another request body}. A response body
+    is unique to its recording (ids, timestamps), so the same one beside another body means the
+    body was changed by hand (paper-qa e1b6d3ec added a line to a prompt and kept the answer):
+    the usage it reports is the original body's. Unreadable versions are skipped (an unreadable
+    ``current``: none)."""
+    try:
+        pairs = [_pairing(i) for i in interactions_of(current)]
+    except (yaml.YAMLError, OSError, EOFError, zlib.error, UnicodeDecodeError):
+        return {}
+    wanted = {p[0]: i for i, p in enumerate(pairs) if p is not None}
+    edited: dict[int, int] = {}
+    for position, raw in enumerate(older):
+        try:
+            earlier = interactions_of(raw)
+        except (yaml.YAMLError, OSError, EOFError, zlib.error, UnicodeDecodeError):
+            continue
+        for pair in map(_pairing, earlier):
+            if pair is None or pair[0] not in wanted:
+                continue
+            index = wanted[pair[0]]
+            now = pairs[index]
+            if now is not None and now[1] != pair[1]:
+                edited.setdefault(index, position)  # ``older`` is newest first
+    return edited
+
+
+def _edited(repo_dir: Path) -> dict[str, dict[str, str]]:
+    """The edited bodies cassette_sources.py found in this repository's history ({path: {index:
+    commit}}); none when it was unpacked without history."""
+    try:
+        found = json.loads((repo_dir / EDITED_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def cassette_files(root: Path) -> Iterator[tuple[str, Path]]:
@@ -267,15 +335,22 @@ def cassette_files(root: Path) -> Iterator[tuple[str, Path]]:
 def records(root: Path) -> Iterator[dict[str, Any]]:
     """The records of every cassette under ``root`` (module doc), in file and interaction order."""
     seen: dict[tuple[str, int], str] = {}
+    edits: dict[str, dict[str, dict[str, str]]] = {}
     for sequence_id, path in cassette_files(root):
         try:
             interactions = _interactions(path)
         except (yaml.YAMLError, OSError, EOFError, zlib.error, UnicodeDecodeError):
             continue
+        repo, rel = sequence_id.split(":", 1)
+        if repo not in edits:
+            edits[repo] = _edited(root / repo.replace("/", "+", 1))
+        edited = edits[repo].get(rel, {})
         for index, interaction in enumerate(interactions):
             record = _record(sequence_id, index, interaction)
             if record is None:
                 continue
+            record["edited_after"] = edited.get(str(index))
+            record["suspect"] = record["suspect"] or record["edited_after"] is not None
             key = (json.dumps(record["request"], sort_keys=True), record["total_input_tokens"])
             if key in seen:
                 record["duplicate_of"] = seen[key]

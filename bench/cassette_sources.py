@@ -22,6 +22,11 @@ Selection rules, fixed before the first run of each source:
   (``interactions:``, which ``http_interactions:`` contains) naming an OpenAI host
   (``api.openai.com`` or ``openai.azure.com``).
 
+Beside each repository's files, ``.edited-bodies.json`` lists the interactions whose request body
+its history shows edited after the response was recorded (``edited``): the reader marks those
+records suspect. It needs the history up to the commit (a shallow clone finds nothing: then every
+body is taken as recorded). About a minute for all 32 repositories.
+
 Unpacked from the commits below on 2026-12-03, they give every figure the README prints for the two
 sources (bench_counting.py --pooled --split: the same n and exact share in every row).
 """
@@ -29,13 +34,17 @@ sources (bench_counting.py --pooled --split: the same n and exact share in every
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
+import importlib.util
+import json
 import subprocess
 import sys
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 SUFFIXES = (".yaml", ".yml", ".yaml.gz", ".yml.gz")
 OPENAI_HOSTS = (b"api.openai.com", b"openai.azure.com")
@@ -146,11 +155,59 @@ def picked(rule: str, path: str, read: Callable[[], bytes]) -> bytes | None:
     return None
 
 
+@functools.cache
+def _reader() -> ModuleType:
+    """cassette_records.py, the cassettes' reader beside this file (bench/ is no package)."""
+    path = Path(__file__).with_name("cassette_records.py")
+    spec = importlib.util.spec_from_file_location("cassette_records", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _versions(git_dir: Path, commit: str, paths: set[str]) -> dict[str, list[str]]:
+    """The commits up to ``commit`` that changed each of ``paths``, newest first (renames are not
+    followed: a cassette's versions under an older name are not read)."""
+    log = _git(
+        git_dir, "-c", "core.quotePath=false", "log", "--format=%x00%H", "--name-only", "--no-renames", commit
+    )
+    found: dict[str, list[str]] = {}
+    for entry in log.decode("utf-8", "surrogateescape").split("\0")[1:]:
+        sha, *changed = entry.strip().splitlines()
+        for path in changed:
+            if path in paths:
+                found.setdefault(path, []).append(sha)
+    return found
+
+
+def edited(source: Source, git_dir: Path, taken: dict[str, bytes]) -> dict[str, dict[str, str]]:
+    """{path: {interaction index: last commit with its body as recorded}} for the interactions of
+    the ``taken`` files whose request body the repository's history shows edited after their
+    response was recorded (cassette_records.edited_bodies)."""
+    reader = _reader()
+    found: dict[str, dict[str, str]] = {}
+    for path, commits in _versions(git_dir, source.commit, set(taken)).items():
+        older: list[bytes] = []
+        shas = commits[1:]  # commits[0] made the version taken
+        for sha in shas:
+            try:
+                older.append(_git(git_dir, "cat-file", "blob", f"{sha}:{path}"))
+            except SourceError:
+                older.append(b"")  # deleted in that commit, or a blob the clone lacks
+        hits = reader.edited_bodies(taken[path], older)
+        if hits:
+            found[path] = {str(index): shas[at] for index, at in sorted(hits.items())}
+    return found
+
+
 def unpack(source: Source, git_dir: Path, root: Path) -> Iterator[str]:
-    """Writes the files ``source`` takes under ``root/OWNER+NAME/``; yields each path taken."""
+    """Writes the files ``source`` takes under ``root/OWNER+NAME/``, and beside them the interactions
+    whose request bodies were edited after recording (``edited``); yields each path taken."""
     _git(git_dir, "cat-file", "-e", f"{source.commit}^{{commit}}")
     listing = _git(git_dir, "ls-tree", "-r", "-z", "--name-only", source.commit)
     target = root / source.repo.replace("/", "+", 1)
+    taken: dict[str, bytes] = {}
     for path in filter(None, listing.decode("utf-8", "surrogateescape").split("\0")):
 
         def read(path: str = path) -> bytes:
@@ -165,7 +222,11 @@ def unpack(source: Source, git_dir: Path, root: Path) -> Iterator[str]:
         out = target / path
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
+        taken[path] = data
         yield path
+    if taken:
+        found = edited(source, git_dir, taken)
+        (target / _reader().EDITED_FILE).write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -119,3 +120,43 @@ def test_a_pattern_with_an_unknown_field_is_refused(capsys: pytest.CaptureFixtur
         _sources().main(["unpack", "/src/{org}/{name}"])
     assert exit_info.value.code == 2
     assert "only {owner} and {name}" in capsys.readouterr().err
+
+
+def test_a_body_edited_after_recording_is_flagged_from_the_history(tmp_path: Path) -> None:
+    s = _sources()
+    work = tmp_path / "acme+edits"
+    cassette = work / "tests/cassettes/chat.yaml"
+    cassette.parent.mkdir(parents=True)
+    answer = '{"id": "chatcmpl-AbCdEfGhIjKlMnOpQrStUv", "model": "gpt-4o", "usage": {"prompt_tokens": 8}}'
+
+    def version(prompt: str) -> bytes:
+        body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}]})
+        return (
+            "interactions:\n- request:\n    method: POST\n"
+            "    uri: https://api.openai.com/v1/chat/completions\n"
+            f"    body: '{body}'\n"
+            f"  response:\n    status: {{code: 200}}\n    body: {{string: '{answer}'}}\n"
+        ).encode()
+
+    git = ["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    commits = []
+    for prompt in ("hi", "hi there"):  # recorded, then the prompt edited by hand
+        cassette.write_bytes(version(prompt))
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", prompt], check=True)
+        rev = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        commits.append(rev.stdout.strip())
+    root = tmp_path / "out"
+    source = s.Source("acme/edits", commits[1], "MIT", "cassette-dir")
+    assert list(s.unpack(source, s._git_dir(str(tmp_path / "{owner}+{name}"), source.repo), root)) == [
+        "tests/cassettes/chat.yaml"
+    ]
+    (rec,) = list(s._reader().records(root))
+    assert rec["request"]["messages"][0]["content"] == "hi there"
+    assert rec["edited_after"] == commits[0] and rec["suspect"]
+    # Read at the first commit, the same cassette is a clean record.
+    again = s.Source("acme/edits", commits[0], "MIT", "cassette-dir")
+    list(s.unpack(again, s._git_dir(str(tmp_path / "{owner}+{name}"), again.repo), tmp_path / "first"))
+    (first,) = list(s._reader().records(tmp_path / "first"))
+    assert first["edited_after"] is None and not first["suspect"]

@@ -33,3 +33,51 @@ def test_a_usage_block_openrouter_wrote_is_suspect() -> None:
     own = {"prompt_tokens": 56, "completion_tokens": 12, "prompt_tokens_details": {"cached_tokens": 0}}
     rec = loader._record("o/r:c.yaml", 0, _exchange(own, "gpt-4.1-mini-2025-04-14"))
     assert rec is not None and not rec["suspect"]
+
+
+def _cassette(*pairs: tuple[dict[str, object], str]) -> bytes:
+    interactions = [
+        {
+            "request": {"method": "POST", "uri": URI, "body": json.dumps(body), "headers": {}},
+            "response": {"status": {"code": 200}, "headers": {}, "body": {"string": answer}},
+        }
+        for body, answer in pairs
+    ]
+    return json.dumps({"interactions": interactions, "version": 1}).encode()  # JSON is YAML
+
+
+def _answer(rid: str) -> str:
+    return json.dumps({"id": rid, "model": "gpt-4o", "usage": {"prompt_tokens": 20}})
+
+
+def test_a_body_edited_after_its_answer_was_recorded_is_found_in_the_older_versions() -> None:
+    # paper-qa e1b6d3ec (dev record test_pdf_reader_match_doc_details#17): a line added to the
+    # prompt, the recorded answer kept; the reported count is the original body's (9 tokens fewer).
+    loader = _loader()
+    edited = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi, and one line more"}]}
+    first, second = _answer("chatcmpl-AAAAAAAAAAAAAAAAAAAAAAAA"), _answer("chatcmpl-BBBBBBBBBBBBBBBBBBBBBBBB")
+    recorded = _cassette((CHAT, first), (CHAT, second))
+    now = _cassette((CHAT, first), (edited, second))
+    assert loader.edited_bodies(now, [recorded]) == {1: 0}
+    # The newest older version that still had the original body is the one named.
+    assert loader.edited_bodies(now, [now, b"not: [yaml", recorded]) == {1: 2}
+    # Re-recorded (a new answer, a new id): the body belongs to its answer.
+    assert (
+        loader.edited_bodies(_cassette((edited, _answer("chatcmpl-CCCCCCCCCCCCCCCCCCCCCCCC"))), [recorded])
+        == {}
+    )
+    # The same JSON laid out anew is no edit; its keys in another order are one (other tokens).
+    spaced = _cassette((CHAT, first))
+    relaid = spaced.replace(b'\\"model\\": \\"gpt-4o\\"', b'\\"model\\":   \\"gpt-4o\\"')
+    assert relaid != spaced and loader.edited_bodies(relaid, [spaced]) == {}
+    reordered = {"messages": CHAT["messages"], "model": "gpt-4o"}
+    assert loader.edited_bodies(_cassette((reordered, first)), [spaced]) == {0: 0}
+
+
+def test_an_answer_that_many_recordings_share_proves_no_edit() -> None:
+    # An error body or a hand-written answer (a short id) is the same text beside many requests.
+    loader = _loader()
+    other = {"model": "gpt-4o", "messages": [{"role": "user", "content": "bye"}]}
+    for answer in (json.dumps({"error": {"message": "Incorrect API key"}}), _answer("chatcmpl-123")):
+        assert loader.edited_bodies(_cassette((other, answer)), [_cassette((CHAT, answer))]) == {}
+    assert loader.edited_bodies(b"not: [yaml", [_cassette((CHAT, _answer("chatcmpl-123")))]) == {}
