@@ -1,10 +1,10 @@
-"""Each Chat Completions counting rule of stop 34 on the records it is about, with it and without it.
+"""Each Chat Completions counting rule since stop 34 on the records it is about, with it and without it.
 
 For every rule: the OpenAI Chat Completions records whose body has the shape the rule is about (the
 recorded data and both cassette sources, bench_counting.py's loaders and halves), and how many are
-counted exactly with the rule and with it turned off (its framing flags set back, every other rule
-kept), by part: training, held-out dev, held-out final. The final halves are aggregates only, as
-everywhere. Third-party data, read in place; skipped (exit 0) where absent.
+counted exactly with the rule and with it turned off (its framing flags or rendering setting set
+back, every other rule kept), by part: training, held-out dev, held-out final. The final halves
+are aggregates only, as everywhere. Third-party data, read in place; skipped (exit 0) where absent.
 
     .venv/bin/python bench/bench_counting_rules.py
 """
@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 import bench_counting as bc
-from cachewarden.proxy.engine import adapters, framing
+from cachewarden.proxy.engine import adapters, framing, rendering
 from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.errors import CachewardenError
 from cachewarden.proxy.engine.models import load_model_table
@@ -73,7 +73,23 @@ def _splitting_result(body: Body) -> bool:
     return False
 
 
-# (rule, the shape it is about, its framing flags turned off)
+def _bare_default(body: Body) -> bool:
+    """A tool parameter with a default and neither title nor description (stop 35)."""
+    for tool in body.get("tools") or body.get("functions") or []:
+        fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        params = fn.get("parameters") if isinstance(fn, Mapping) else None
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        for prop in props.values() if isinstance(props, Mapping) else ():
+            if (
+                isinstance(prop, Mapping)
+                and "default" in prop
+                and not (prop.get("title") or prop.get("description"))
+            ):
+                return True
+    return False
+
+
+# (rule, the shape it is about, its framing flags turned off; "rendering": module settings instead)
 RULES: tuple[tuple[str, Callable[[Body], bool], dict[str, Any]], ...] = (
     ("parallel calls, 4o / 4.1", lambda b: _parallel(b) and not _gpt5(b), {"parallel_wrapper": False}),
     ("parallel calls, gpt-5", lambda b: _parallel(b) and _gpt5(b), {"parallel_wrapper": False}),
@@ -81,21 +97,33 @@ RULES: tuple[tuple[str, Callable[[Body], bool], dict[str, Any]], ...] = (
     ("a name on a message", _named, {"name_prefix": "", "per_name": 1}),
     ("a call after the turn's text", _text_then_call, {"call_after_text_apart": False}),
     ("a result of a splitting name", _splitting_result, {"result_name_apart": False}),
+    (
+        "a bare parameter default",
+        _bare_default,
+        {"rendering": {"BARE_DEFAULTS": frozenset({"chatml", "harmony"})}},
+    ),
 )
 
 
 @contextmanager
 def _without(flags: dict[str, Any]) -> Iterator[None]:
     """Chat Completions' framings with ``flags`` set, for the block."""
+    flags = dict(flags)
+    settings: dict[str, Any] = flags.pop("rendering", {})
     saved = dict(framing.FRAMING)
+    kept = {name: getattr(rendering, name) for name in settings}
     try:
         for key, value in saved.items():
             if key[0] == "openai-chat":
                 framing.FRAMING[key] = replace(value, **flags)
+        for name, value in settings.items():
+            setattr(rendering, name, value)
         yield
     finally:
         framing.FRAMING.clear()
         framing.FRAMING.update(saved)
+        for name, value in kept.items():
+            setattr(rendering, name, value)
 
 
 def _exact(records: list[tuple[dict[str, Any], Body]]) -> list[bool]:

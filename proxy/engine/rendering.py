@@ -36,9 +36,11 @@ def _comment(text: str, pad: str) -> str:
     return "".join(f"{pad}// {line.strip()}\n" for line in text.split("\n") if line.strip())
 
 
-def _ts_type(schema: Any, indent: int, *, direct: bool = False, legacy: bool = False) -> str:
+def _ts_type(
+    schema: Any, indent: int, *, direct: bool = False, legacy: bool = False, bare_defaults: bool = False
+) -> str:
     """``direct``: the value of a property (not array items or a $defs type); ``legacy``: a function of
-    the legacy ``functions`` list (see _ts_props)."""
+    the legacy ``functions`` list, ``bare_defaults``: the harmony dialect's defaults (see _ts_props)."""
     if not isinstance(schema, Mapping):
         return "any"
     if "enum" in schema and isinstance(schema["enum"], list):
@@ -47,7 +49,9 @@ def _ts_type(schema: Any, indent: int, *, direct: bool = False, legacy: bool = F
         return json.dumps(schema["const"], ensure_ascii=False)
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
-            return " | ".join(_ts_type(s, indent, legacy=legacy) for s in schema[key])
+            return " | ".join(
+                _ts_type(s, indent, legacy=legacy, bare_defaults=bare_defaults) for s in schema[key]
+            )
     ref = schema.get("$ref")
     if isinstance(ref, str):
         return ref.rsplit("/", 1)[-1]
@@ -56,14 +60,16 @@ def _ts_type(schema: Any, indent: int, *, direct: bool = False, legacy: bool = F
         return " | ".join("number" if k == "integer" else str(k) for k in kind)
     if kind == "array":
         items = schema.get("items")
-        return f"{_ts_type(items, indent, legacy=legacy)}[]" if isinstance(items, Mapping) else "any[]"
+        if not isinstance(items, Mapping):
+            return "any[]"
+        return f"{_ts_type(items, indent, legacy=legacy, bare_defaults=bare_defaults)}[]"
     if kind == "object":
         if not isinstance(schema.get("properties"), Mapping) or not schema["properties"]:
             return "object"
         flat = direct and not legacy
         return (
             "{\n"
-            + _ts_props(schema, indent + 1, flat=flat, legacy=legacy)
+            + _ts_props(schema, indent + 1, flat=flat, legacy=legacy, bare_defaults=bare_defaults)
             + ("" if flat else "  " * indent)
             + "}"
         )
@@ -74,7 +80,14 @@ def _ts_type(schema: Any, indent: int, *, direct: bool = False, legacy: bool = F
     return "any"
 
 
-def _ts_props(schema: Mapping[str, Any], indent: int, *, flat: bool = False, legacy: bool = False) -> str:
+def _ts_props(
+    schema: Mapping[str, Any],
+    indent: int,
+    *,
+    flat: bool = False,
+    legacy: bool = False,
+    bare_defaults: bool = False,
+) -> str:
     """Property lines, each ending in a newline (the caller closes the brace).
 
     ``flat``: the properties of an object that is itself a property's value, which OpenAI renders
@@ -91,16 +104,33 @@ def _ts_props(schema: Mapping[str, Any], indent: int, *, flat: bool = False, leg
         # Recorded usage: a title costs its comment line whether or not a description follows
         # (e.g. pydantic's "title": "Value" beside "description": "Value to count"), but only on the
         # parameters themselves: titles inside a nested object or a $defs type are not rendered.
+        comments = ""
         if indent == 0 and isinstance(prop.get("title"), str) and prop["title"]:
-            out.append(_comment(prop["title"], pad))
+            comments += _comment(prop["title"], pad)
         if isinstance(prop.get("description"), str) and prop["description"]:
-            out.append(_comment(prop["description"], pad))
+            comments += _comment(prop["description"], pad)
+        out.append(comments)
         default = ""
-        if "default" in prop:
+        # A default trails its property only when a comment line is above it (the chatml dialect;
+        # ``bare_defaults``: harmony writes it anyway, as gpt-oss's and leaked ChatGPT tools show;
+        # no harmony record has a bare default). pydantic-ai's MCP get_error (`value?: boolean`,
+        # "default": false, no title or description) made its 8 gpt-4o requests outside the final
+        # halves (dbos / prefect / temporal complex_agent_run) exactly 5 over, the tokens of
+        # " // default: false"; every commented property's default is exact as a trailer (string and
+        # null defaults, strict and not, required and optional, both APIs). The records cannot tell
+        # this apart from "a boolean default is not written" (get_error's is the only one of either
+        # kind): the rule on the structure is kept.
+        if "default" in prop and (comments or bare_defaults):
             default = f" // default: {json.dumps(prop['default'], ensure_ascii=False)}"
         optional = "" if key in required else "?"
-        out.append(f"{pad}{key}{optional}: {_ts_type(prop, indent, direct=True, legacy=legacy)},{default}\n")
+        kind = _ts_type(prop, indent, direct=True, legacy=legacy, bare_defaults=bare_defaults)
+        out.append(f"{pad}{key}{optional}: {kind},{default}\n")
     return "".join(out)
+
+
+# The tool dialects that write a parameter's default beside it when no comment line is above it
+# (_ts_props explains why chatml does not).
+BARE_DEFAULTS = frozenset({"harmony"})
 
 
 def render_function(fn: Mapping[str, Any], dialect: str = "chatml", *, legacy: bool = False) -> str:
@@ -129,12 +159,16 @@ def render_function(fn: Mapping[str, Any], dialect: str = "chatml", *, legacy: b
         lead = "".join(
             _comment(params[key], "") for key in keys if isinstance(params.get(key), str) and params[key]
         )
-        body = f"type {name} = (_: {lead}{{\n{_ts_props(params, 0, legacy=legacy)}}}) => any;"
+        props = _ts_props(params, 0, legacy=legacy, bare_defaults=dialect in BARE_DEFAULTS)
+        body = f"type {name} = (_: {lead}{{\n{props}}}) => any;"
     else:
         body = f"type {name} = () => any;"
     lines = [head + body]
     if isinstance(params, Mapping) and isinstance(params.get("$defs"), Mapping):
-        lines.extend(f"type {k} = {_ts_type(v, 0, legacy=legacy)};" for k, v in params["$defs"].items())
+        lines.extend(
+            f"type {k} = {_ts_type(v, 0, legacy=legacy, bare_defaults=dialect in BARE_DEFAULTS)};"
+            for k, v in params["$defs"].items()
+        )
     return "\n".join(lines)
 
 

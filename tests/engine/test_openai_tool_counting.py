@@ -107,7 +107,7 @@ def test_function_rendering_titles_descriptions_defaults_nesting() -> None:
         "// Goal\n"
         "// What to reach\n"
         "goal: string,\n"
-        'depth?: "shallow" | "deep", // default: "shallow"\n'
+        'depth?: "shallow" | "deep",\n'
         "steps?: {\n"
         "  n: number,\n"
         "}[],\n"
