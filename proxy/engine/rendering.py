@@ -3,6 +3,9 @@
 OpenAI turns tool definitions into a TypeScript-like namespace and json_schema output formats into a
 "# Response Formats" section; Anthropic adds a structured-output schema as indented JSON. The
 counter (``counting``) tokenizes these renderings; the framing tokens around them live there too.
+
+This module is long because every rendering rule keeps its evidence (the records, the public source)
+in a comment beside it, and the rules of one rendering only make sense read together.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from .prompt import Prompt
 # openai/harmony's renderer (src/encoding.rs, the public reference for the gpt-oss prompt format) and
 # were checked against recorded usage (bench/bench_counting.py, training split): a property's `title`
 # and then its `description` become `//` comment lines above it, nested object properties are
-# indented, a `default` trails as `// default: …`. A multi-line description gets `// ` on every line
-# (as in harmony), but the recorded counts only fit once blank lines are dropped and each line is
+# indented, a `default` trails as `// default: …` (chatml: under a comment line only). A multi-line
+# description gets `// ` on every line (as in harmony), but the recorded counts only fit once blank
+# lines are dropped and each line is
 # stripped: a 160-line markdown description then lands within 2 tokens (of ~3,700), a docstring with
 # "Args:" / indented lines within 1 (raw text: 17 and 7 off; harmony's lines as they are: 118 and 20).
 
