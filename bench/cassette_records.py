@@ -307,8 +307,7 @@ def edited_bodies(current: bytes, older: list[bytes]) -> dict[int, int]:
             if pair is None or pair[0] not in wanted:
                 continue
             index = wanted[pair[0]]
-            now = pairs[index]
-            if now is not None and now[1] != pair[1]:
+            if pairs[index] != pair:
                 edited.setdefault(index, position)  # ``older`` is newest first
     return edited
 

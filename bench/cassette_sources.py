@@ -188,8 +188,10 @@ def edited(source: Source, git_dir: Path, taken: dict[str, bytes]) -> dict[str, 
     reader = _reader()
     found: dict[str, dict[str, str]] = {}
     for path, commits in _versions(git_dir, source.commit, set(taken)).items():
-        older: list[bytes] = []
         shas = commits[1:]  # commits[0] made the version taken
+        if not shas:
+            continue  # one version: nothing to compare it with
+        older: list[bytes] = []
         for sha in shas:
             try:
                 older.append(_git(git_dir, "cat-file", "blob", f"{sha}:{path}"))

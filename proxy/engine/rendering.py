@@ -22,9 +22,9 @@ from .prompt import Prompt
 # and then its `description` become `//` comment lines above it, nested object properties are
 # indented, a `default` trails as `// default: …` (chatml: under a comment line only). A multi-line
 # description gets `// ` on every line (as in harmony), but the recorded counts only fit once blank
-# lines are dropped and each line is
-# stripped: a 160-line markdown description then lands within 2 tokens (of ~3,700), a docstring with
-# "Args:" / indented lines within 1 (raw text: 17 and 7 off; harmony's lines as they are: 118 and 20).
+# lines are dropped and each line is stripped: a 160-line markdown description then lands within 2
+# tokens (of ~3,700), a docstring with "Args:" / indented lines within 1 (raw text: 17 and 7 off;
+# harmony's lines as they are: 118 and 20).
 
 
 def _comment(text: str, pad: str) -> str:
