@@ -310,6 +310,9 @@ def run(turns: int, keep_running: bool, out: TextIO) -> None:
             anthropic_upstream=emulator.url,
             capture=str(capture),
             upstream_timeout=CLIENT_TIMEOUT,
+            # Ctrl-C must end the demo within its servers' stop bound: the proxy's analysis workers
+            # hold nothing worth the production drain (30 s), which the process' exit would wait for.
+            graceful_timeout=STOP_TIMEOUT / 2,
             log_level="critical",
         )
         proxy = stack.enter_context(serve(build(settings), "proxy"))
