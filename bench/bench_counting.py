@@ -23,8 +23,9 @@ before their first run, so every record is held out; they split into dev / final
 the same hash.
 
 ``--pooled`` pools every held-out record there is: the held-out project of the recorded data and
-both cassette sources (/tmp/acc4/raw, /tmp/acc5/raw, where present), training records left out: the
-figure the issue's goals are about, by half with ``--split``.
+the cassette sources (/tmp/acc4/raw, /tmp/acc5/raw, /tmp/acc6/raw, where present; a body an earlier
+source holds too is counted once), training records left out: the figure the issue's goals are
+about, by half with ``--split``.
 
 ``--detail`` adds rows per model for tools, Responses and Anthropic, and the largest errors outside the
 final part (training and held-out dev records only: the final part is never listed).
@@ -54,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT.parent / "shared" / "data" / "recorded" / "interactions.jsonl"
 HELD_OUT_SOURCE = "pydantic/pydantic-ai:"
 CASSETTES = Path("/tmp/acc4/raw")
-CASSETTE_SOURCES = (CASSETTES, Path("/tmp/acc5/raw"))
+CASSETTE_SOURCES = (CASSETTES, Path("/tmp/acc5/raw"), Path("/tmp/acc6/raw"))
 
 
 def cassettes_root(argv: list[str]) -> Path | None:
@@ -118,6 +119,18 @@ def load_cassettes(root: Path) -> list[dict[str, Any]]:
         rec["cassette"] = True
         out.append(rec)
     return out
+
+
+def pooled_cassettes(roots: list[Path]) -> Iterator[dict[str, Any]]:
+    """The clean records of every root, a body (with its reported count) that an earlier root holds
+    too left out: projects copy one another's cassettes (an instrumentation's fork, say)."""
+    seen: set[tuple[str, Any]] = set()
+    for root in roots:
+        for rec in load_cassettes(root):
+            key = (json.dumps(rec["request"], sort_keys=True), rec["total_input_tokens"])
+            if clean(rec) and key not in seen:
+                seen.add(key)
+                yield rec
 
 
 def held_out(rec: Mapping[str, Any]) -> bool:
@@ -197,6 +210,11 @@ def request_of(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     req: Mapping[str, Any] = rec["request"]
     model = str(rec.get("response_model") or "")
     if not str(rec.get("host") or "").endswith(".openai.azure.com"):
+        # An alias ("gpt-3.5-turbo") names whichever snapshot it pointed to then; a response that
+        # names a snapshot of it says which one ran (boxcars' 2023 bodies: gpt-3.5-turbo-0301).
+        sent = req.get("model")
+        if isinstance(sent, str) and sent and model.startswith(sent + "-"):
+            return {**req, "model": model}
         return req
     return {**req, "model": model} if _openai_model(model) else None
 
@@ -228,8 +246,7 @@ def main(argv: list[str]) -> int:
     if pooled:
         roots = [root for root in CASSETTE_SOURCES if root.exists()]
         source_records: Iterator[dict[str, Any]] = iter(
-            [r for r in records(path) if held_out(r)]
-            + [r for root in roots for r in load_cassettes(root) if clean(r)]
+            [r for r in records(path) if held_out(r)] + list(pooled_cassettes(roots))
         )
         path = Path(" + ".join(str(p) for p in (path, *roots)))
     elif cassettes is not None:

@@ -15,9 +15,10 @@ with a ``usage`` block becomes one record with the fields the benches read: ``so
 quality flags ``self_contained`` (false when the provider counts what the body does not show:
 images, files, audio, stored state, reasoning items, server tools; reasons in
 ``not_self_contained_reasons``), ``suspect`` (a hand-written response: placeholder ids, no input
-count, cached tokens below OpenAI's 1,024-token minimum, a usage block another provider wrote, or a
+count, cached tokens below OpenAI's 1,024-token minimum, a usage block another provider wrote, a
 request body edited after its response was recorded: ``edited_after`` names the last commit with
-the body as recorded, found in the repository's history by cassette_sources.py)
+the body as recorded, found in the repository's history by cassette_sources.py, or a body the
+project's recorder rewrote: ``frozen_clock``)
 and ``duplicate_of`` (the same body with
 the same reported count as an earlier record: many instrumentation suites record one call in
 several variants, and it is counted once).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import email.utils
 import gzip
 import json
 import re
@@ -242,6 +244,63 @@ def _when(raw: Any) -> str | None:
     return str(raw) if raw else None
 
 
+# "The current time and date is Tue Jan  1 00:00:00 2000": a clock in the prompt, as time.ctime()
+# writes it. Significant-Gravitas/Auto-GPT-test-cassettes (stop 36, dev half) recorded every body
+# with it frozen at 2000-01-01 (its VCR filter rewrote the sent time): with cl100k that date is 20
+# tokens, a sent one with a two-digit day 19, and each of the 122 gpt-4 records was exact when its
+# response's Date was on a day 1-9 (30 of 30) and one over when it was on the 10th or later (92 of
+# 92). A body that states the current time as days before its own recording is not the body sent.
+_CLOCK = re.compile(
+    r"current (?:time and date|date and time|date|time) is "
+    r"([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4})"
+)
+_CLOCK_SLACK = 2 * 86400.0  # a test suite may run across midnight, time zones apart
+
+
+def _texts(req: Mapping[str, Any]) -> Iterator[str]:
+    """Every message text of a chat or Responses body (the places a prompt's clock is written)."""
+    items = req.get("messages") or req.get("input") or []
+    if isinstance(items, str):
+        items = [{"content": items}]
+    if isinstance(req.get("instructions"), str):
+        yield req["instructions"]
+    for item in items if isinstance(items, list) else []:
+        content = item.get("content") if isinstance(item, Mapping) else None
+        if isinstance(content, str):
+            yield content
+        for part in _parts(content):
+            if isinstance(part.get("text"), str):
+                yield part["text"]
+
+
+def frozen_clock(req: Mapping[str, Any], recorded_at: str | None) -> bool:
+    """Whether the body states a current time (``_CLOCK``) days before the exchange was recorded."""
+    when = _timestamp(recorded_at)
+    if when is None:
+        return False
+    for text in _texts(req):
+        for found in _CLOCK.finditer(text):
+            try:
+                stated = datetime.strptime(" ".join(found.group(1).split()), "%a %b %d %H:%M:%S %Y")
+            except ValueError:
+                continue
+            if stated.replace(tzinfo=UTC).timestamp() < when - _CLOCK_SLACK:
+                return True
+    return False
+
+
+def _timestamp(text: str | None) -> float | None:
+    """An ISO 8601 time (``_when``) or an HTTP date (a response's Date header), as a Unix time."""
+    if not text:
+        return None
+    with contextlib.suppress(ValueError):
+        parsed = datetime.fromisoformat(text)
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    with contextlib.suppress(TypeError, ValueError, IndexError):
+        return email.utils.parsedate_to_datetime(text).timestamp()
+    return None
+
+
 def _input_tokens(usage: Mapping[str, Any]) -> tuple[int | None, int]:
     total = usage.get("prompt_tokens", usage.get("input_tokens"))
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
@@ -385,6 +444,8 @@ def _record(sequence_id: str, index: int, interaction: Mapping[str, Any]) -> dic
     if total is None:
         return None
     reasons = not_self_contained(provider, req)
+    recorded_at = _when(interaction.get("recorded_at")) or _header(response.get("headers"), "date")
+    rewritten = frozen_clock(req, recorded_at)
     return {
         "source": f"{sequence_id}#{index}",
         "provider": provider,
@@ -398,7 +459,8 @@ def _record(sequence_id: str, index: int, interaction: Mapping[str, Any]) -> dic
         # Azure names the deployment in the path, not the body (bench_counting.fallback_model).
         "path": _deployment(str(request.get("uri", ""))),
         "response_id": rid,
-        "recorded_at": _when(interaction.get("recorded_at")) or _header(response.get("headers"), "date"),
+        "recorded_at": recorded_at,
+        "frozen_clock": rewritten,
         "total_input_tokens": total,
         "cache_read_tokens": cached,
         "self_contained": not reasons,
@@ -406,6 +468,7 @@ def _record(sequence_id: str, index: int, interaction: Mapping[str, Any]) -> dic
         # OpenAI: "For requests under 1024 tokens, cached_tokens is zero" (prompt-caching guide): a
         # read below that was written by hand (openinference's llama_index token-count fixture).
         "suspect": total <= 0
+        or rewritten
         or not rid
         or len(str(rid)) < MIN_ID_LENGTH
         or (cached > 0 and total < 1024)

@@ -453,8 +453,9 @@ class PromptCounter:
                     call = own.per_tool_call + (own.call_without_id if seg.item_id is None else 0)
                     tokens.extend([PAD] * max(0, call))
                     after = min(0, call)
-                elif named:
-                    tokens.extend([PAD] * framing.per_name)
+                elif named:  # below zero (gpt-3.5-turbo-0301: the name takes the role's place)
+                    tokens.extend([PAD] * max(0, framing.per_name))
+                    after = min(0, framing.per_name)
                 elif seg.kind == "tool_result" and not further:
                     extra = framing.parallel_results_extra if par is not None else 0
                     tokens.extend([PAD] * (own.per_tool_result + extra))

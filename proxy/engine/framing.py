@@ -292,6 +292,18 @@ FRAMING: dict[tuple[str, str], Framing] = {
     ("openai-chat", "gpt-5"): replace(
         _HARMONY, tools_once=84, tools_alone=1, preamble=84, parallel_wrapper=True, parallel_results_extra=1
     ),
+    # openai-cookbook's "How to count tokens with tiktoken" (API-measured): gpt-3.5-turbo-0301 frames
+    # every message as <|start|>{role/name}\n{content}<|end|>\n (4 tokens) and a name takes the
+    # role's place (-1: each role is one cl100k token). BoxcarsAI/boxcars' 2023 cassettes (stop 36,
+    # dev half: "gpt-3.5-turbo" answered by gpt-3.5-turbo-0301) were short by one per message, 3 of
+    # 3 messages in 5 requests and 5 of 5 in 2; its -0613 answers to the same bodies are exact.
+    ("openai-chat", "gpt-3.5-turbo-0301"): replace(_CHAT, per_message=4, per_name=-1, name_prefix=""),
+    # o1 primes the reply as o3 / o4 do: dspy.rb's model-matrix o1 requests (stop 36, dev half, 2 of
+    # 2) were one over with 3. Not o1-mini (crewAI's two training requests are exact with 3), nor
+    # o1-preview, of o1-mini's September 2024 generation (no record).
+    ("openai-chat", "o1"): replace(_CHAT, reply=2),
+    ("openai-chat", "o1-mini"): _CHAT,
+    ("openai-chat", "o1-preview"): _CHAT,
     ("openai-chat", "o3"): replace(_CHAT, reply=2),
     ("openai-chat", "o4"): replace(_CHAT, reply=2),
     ("openai-responses", ""): _RESPONSES,

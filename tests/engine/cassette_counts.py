@@ -1,9 +1,10 @@
 """Counting checked against the second held-out source: public projects' VCR cassettes.
 
 The cassettes are third-party data, unpacked as ``OWNER+NAME/PATH`` under /tmp/acc4/raw (the second
-source) and /tmp/acc5/raw (the third), or the directories in ``CACHEWARDEN_CASSETTES`` (separated by
-``os.pathsep``); bench/cassette_sources.py names the repositories and commits. They
-are read in place by bench/cassette_records.py, the loader bench_counting.py uses, and the tests that
+source), /tmp/acc5/raw (the third) and /tmp/acc6/raw (the fourth), or the directories in
+``CACHEWARDEN_CASSETTES`` (separated by ``os.pathsep``); bench/cassette_sources.py names the
+repositories and commits. They are read in place by bench/cassette_records.py, the loader
+bench_counting.py uses, and the tests that
 need them skip where they are absent. A case is a record id, ``owner/repo:path#i``, always from the
 "dev" half (bench_counting.part): the final half is never used in a test.
 """
@@ -24,9 +25,9 @@ from cachewarden.proxy.engine.models import load_model_table
 
 ROOTS = tuple(
     Path(p)
-    for p in os.environ.get("CACHEWARDEN_CASSETTES", f"/tmp/acc4/raw{os.pathsep}/tmp/acc5/raw").split(
-        os.pathsep
-    )
+    for p in os.environ.get(
+        "CACHEWARDEN_CASSETTES", f"/tmp/acc4/raw{os.pathsep}/tmp/acc5/raw{os.pathsep}/tmp/acc6/raw"
+    ).split(os.pathsep)
     if p
 )
 LOADER = Path(__file__).resolve().parents[2] / "bench" / "cassette_records.py"

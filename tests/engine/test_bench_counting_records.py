@@ -42,6 +42,36 @@ def test_azure_counts_with_the_model_that_ran() -> None:
     assert b.request_of(_record(host="api.openai.com", response_model="gpt-4o"))["model"] == "gpt-4"
 
 
+def test_an_alias_counts_with_the_snapshot_the_response_names() -> None:
+    # BoxcarsAI/boxcars' 2023 bodies say "gpt-3.5-turbo"; the alias then pointed at -0301, whose
+    # framing differs, and the response says so.
+    b = _bench()
+    chat = {"model": "gpt-3.5-turbo", "messages": [{"role": "user", "content": "hi"}]}
+    ran = b.request_of(_record(request=chat, host="api.openai.com", response_model="gpt-3.5-turbo-0301"))
+    assert ran is not None and ran["model"] == "gpt-3.5-turbo-0301"
+    # Another model's name is no snapshot of the alias: "gpt-4o" is not "gpt-4" answered by a snapshot.
+    other = b.request_of(_record(host="api.openai.com", response_model="gpt-4o-2024-08-06"))
+    assert other is not None and other["model"] == "gpt-4"
+
+
+def test_pooled_sources_count_a_body_once(tmp_path: Path) -> None:
+    # A project that copies another's cassettes (an instrumentation's fork) adds no record.
+    b = _bench()
+    exchange = (
+        '{"interactions": [{"request": {"method": "POST", "uri": "https://api.openai.com/v1/chat/completions",'
+        ' "body": "{\\"model\\": \\"gpt-4o\\", \\"messages\\": []}", "headers": {}},'
+        ' "response": {"status": {"code": 200}, "headers": {}, "body": {"string":'
+        ' "{\\"id\\": \\"chatcmpl-AAAAAAAAAAAAAAAAAAAAAAAA\\", \\"usage\\": {\\"prompt_tokens\\": 8}}"}}}]}'
+    )
+    for root, repo in ((tmp_path / "a", "o+one"), (tmp_path / "b", "o+fork")):
+        cassette = root / repo / "tests" / "cassettes" / "c.yaml"
+        cassette.parent.mkdir(parents=True)
+        cassette.write_text(exchange)
+    assert len([r for root in (tmp_path / "a", tmp_path / "b") for r in b.load_cassettes(root)]) == 2
+    pooled = list(b.pooled_cassettes([tmp_path / "a", tmp_path / "b"]))
+    assert [r["source"] for r in pooled] == ["o/one:tests/cassettes/c.yaml#0"]
+
+
 def test_a_responses_id_dates_a_record_without_a_date() -> None:
     b = _bench()
     assert b.recorded_at(_record(response_id="resp_68659e7dd32c8199")) == 0x68659E7D  # 2025-07-02

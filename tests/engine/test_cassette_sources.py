@@ -108,7 +108,7 @@ def test_a_missing_repository_or_commit_is_reported_and_the_rest_unpacked(
 def test_every_source_names_a_full_commit_and_a_known_rule() -> None:
     s = _sources()
     seen = [src.repo for cset in s.SETS for src in cset.sources]
-    assert len(seen) == len(set(seen)) == 32
+    assert len(seen) == len(set(seen)) == 47
     for cset in s.SETS:
         for src in cset.sources:
             assert len(src.commit) == 40 and set(src.commit) <= set("0123456789abcdef")

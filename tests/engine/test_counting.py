@@ -46,6 +46,11 @@ def test_gpt5_reports_one_less(counter: PromptCounter) -> None:
     p = ("system", "You are helpful."), ("user", "Hi")
     assert counter.tokenize(chat("gpt-5-mini", *p)).count == counter.tokenize(chat("gpt-4o", *p)).count - 1
     assert framing_for("openai-chat", "o3-mini").reply == 2
+    # o1 as o3 (dspy.rb's model-matrix o1 requests, cassettes' dev half: one over with 3); o1-mini
+    # keeps 3 (crewAI's test_llm_call_when_stop_is_unsupported, training: exact with it).
+    assert framing_for("openai-chat", "o1").reply == 2
+    assert framing_for("openai-chat", "o1-2024-12-17").reply == 2
+    assert framing_for("openai-chat", "o1-mini-2024-09-12").reply == 3
     assert framing_for("openai-chat", "gpt-4o-mini").reply == 3
 
 

@@ -81,3 +81,38 @@ def test_an_answer_that_many_recordings_share_proves_no_edit() -> None:
     for answer in (json.dumps({"error": {"message": "Incorrect API key"}}), _answer("chatcmpl-123")):
         assert loader.edited_bodies(_cassette((other, answer)), [_cassette((CHAT, answer))]) == {}
     assert loader.edited_bodies(b"not: [yaml", [_cassette((CHAT, _answer("chatcmpl-123")))]) == {}
+
+
+def _dated(content: str, date: str) -> dict[str, object]:
+    chat = {"model": "gpt-4", "messages": [{"role": "system", "content": content}]}
+    answer = json.dumps(
+        {"id": "chatcmpl-AAAAAAAAAAAAAAAAAAAAAAAA", "model": "gpt-4-0613", "usage": {"prompt_tokens": 30}}
+    )
+    return {
+        "request": {"method": "POST", "uri": URI, "body": json.dumps(chat), "headers": {}},
+        "response": {"status": {"code": 200}, "headers": {"Date": [date]}, "body": {"string": answer}},
+    }
+
+
+def test_a_body_whose_clock_the_recorder_froze_is_suspect() -> None:
+    # Significant-Gravitas/Auto-GPT-test-cassettes (dev half): every prompt says "The current time
+    # and date is Tue Jan  1 00:00:00 2000", its VCR filter's stand-in for the time sent; responses
+    # dated the 10th or later were one token under the count (the sent day had two digits).
+    loader = _loader()
+    frozen = "The current time and date is Tue Jan  1 00:00:00 2000"
+    rec = loader._record("o/r:c.yaml", 0, _dated(frozen, "Sat, 15 Jul 2023 10:03:12 GMT"))
+    assert rec is not None and rec["frozen_clock"] and rec["suspect"]
+    # The time as sent (the day of the recording, any hour) is a body like any other.
+    sent = "The current time and date is Sat Jul 15 09:58:40 2023"
+    rec = loader._record("o/r:c.yaml", 0, _dated(sent, "Sat, 15 Jul 2023 10:03:12 GMT"))
+    assert rec is not None and not rec["frozen_clock"] and not rec["suspect"]
+    # A date that is no clock ("was founded ...") proves nothing; nor does a record without a time.
+    rec = loader._record(
+        "o/r:c.yaml", 0, _dated("Founded Tue Jan  1 00:00:00 2000", "Sat, 15 Jul 2023 10:03:12 GMT")
+    )
+    assert rec is not None and not rec["frozen_clock"]
+    assert not loader.frozen_clock({"messages": [{"role": "system", "content": frozen}]}, None)
+    # Responses instructions and text parts are read too; a cassette's own ISO time works as well.
+    body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": frozen}]}]}
+    assert loader.frozen_clock(body, "2025-06-01T12:00:00+00:00")
+    assert loader.frozen_clock({"instructions": frozen, "input": "hi"}, "2025-06-01T12:00:00")
