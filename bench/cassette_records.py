@@ -247,9 +247,10 @@ def _when(raw: Any) -> str | None:
 # "The current time and date is Tue Jan  1 00:00:00 2000": a clock in the prompt, as time.ctime()
 # writes it. Significant-Gravitas/Auto-GPT-test-cassettes (stop 36, dev half) recorded every body
 # with it frozen at 2000-01-01 (its VCR filter rewrote the sent time): with cl100k that date is 20
-# tokens, a sent one with a two-digit day 19, and each of the 122 gpt-4 records was exact when its
-# response's Date was on a day 1-9 (30 of 30) and one over when it was on the 10th or later (92 of
-# 92). A body that states the current time as days before its own recording is not the body sent.
+# tokens, a sent one with a two-digit day 19, and each of the dev half's 290 such records (duplicates
+# included) was exact when its response's Date was on a day 1-9 (84 of 84) and one over when it was
+# on the 10th or later (206 of 206). A body stating the current time days before its own recording
+# is not the body sent.
 _CLOCK = re.compile(
     r"current (?:time and date|date and time|date|time) is "
     r"([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4})"
