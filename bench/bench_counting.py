@@ -27,7 +27,7 @@ the cassette sources (/tmp/acc4/raw, /tmp/acc5/raw, /tmp/acc6/raw, where present
 source holds too is counted once), training records left out: the figure the issue's goals are
 about, by half with ``--split``.
 
-``--counts`` adds the number of exact requests to each cell (a share rounds: 871 of 880 prints 99.0%).
+``--counts`` adds the number of exact requests to each cell (``#ex``: a share rounds to one decimal).
 
 ``--detail`` adds rows per model for tools, Responses and Anthropic, and the largest errors outside the
 final part (training and held-out dev records only: the final part is never listed).
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import statistics
 import sys
 import time
@@ -123,16 +124,20 @@ def load_cassettes(root: Path) -> list[dict[str, Any]]:
     return out
 
 
-def pooled_cassettes(roots: list[Path]) -> Iterator[dict[str, Any]]:
-    """The clean records of every root, a body (with its reported count) that an earlier root holds
-    too left out: projects copy one another's cassettes (an instrumentation's fork, say)."""
+def pooled_cassettes(roots: list[Path], only: Path | None = None) -> Iterator[dict[str, Any]]:
+    """The clean records of every root (of ``only``, with the earlier roots read first), a body (with
+    its reported count) that an earlier root holds too left out: projects copy one another's
+    cassettes (an instrumentation's fork, say), and the copy keeps the half of the first one."""
     seen: set[tuple[str, Any]] = set()
     for root in roots:
         for rec in load_cassettes(root):
             key = (json.dumps(rec["request"], sort_keys=True), rec["total_input_tokens"])
             if clean(rec) and key not in seen:
                 seen.add(key)
-                yield rec
+                if only is None or root == only:
+                    yield rec
+        if root == only:
+            return
 
 
 def held_out(rec: Mapping[str, Any]) -> bool:
@@ -202,9 +207,14 @@ def fallback_model(rec: Mapping[str, Any]) -> str | None:
     return rec.get("response_model") or rec.get("path") or None
 
 
+# A snapshot's date after its alias: "-0301" (2023), "-2024-08-06" (since).
+SNAPSHOT = re.compile(r"-(?:\d{4}|\d{4}-\d{2}-\d{2})")
+
+
 def request_of(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The body to count, or None when the model that ran is unknown. Azure OpenAI routes by the
-    deployment in the path and ignores the body's ``model`` (clients fill it with the deployment's
+    """The body to count, or None when the model that ran is unknown. Elsewhere than on Azure it is
+    the body, with an alias model replaced by the dated snapshot the response names. Azure OpenAI
+    routes by the deployment in the path and ignores the body's ``model`` (clients fill it with the deployment's
     name, "openllmetry-testing", or with any model name: activeagent sends "gpt-4" to a gpt-4.1
     deployment): the model is the one the response names, if that is one of OpenAI's; a scrubbed one
     ("AZURE_DEPLOYMENT-2025-04-14") leaves it unknown.
@@ -213,9 +223,14 @@ def request_of(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     model = str(rec.get("response_model") or "")
     if not str(rec.get("host") or "").endswith(".openai.azure.com"):
         # An alias ("gpt-3.5-turbo") names whichever snapshot it pointed to then; a response that
-        # names a snapshot of it says which one ran (boxcars' 2023 bodies: gpt-3.5-turbo-0301).
+        # names a dated snapshot of it says which one ran (boxcars' 2023 bodies: gpt-3.5-turbo-0301).
         sent = req.get("model")
-        if isinstance(sent, str) and sent and model.startswith(sent + "-"):
+        if (
+            isinstance(sent, str)
+            and sent
+            and model.startswith(sent)
+            and SNAPSHOT.fullmatch(model[len(sent) :])
+        ):
             return {**req, "model": model}
         return req
     return {**req, "model": model} if _openai_model(model) else None
@@ -225,10 +240,9 @@ def _openai_model(name: str) -> bool:
     return name.startswith(("gpt-", "o1", "o3", "o4", "chatgpt-"))
 
 
-def cell(errs: list[tuple[int, int]]) -> str:
-    """n, exact share (and, with ``--counts``, how many: a share rounds, 871 of 880 prints 99.0%),
-    share within one token, median relative error."""
-    counts = "--counts" in sys.argv
+def cell(errs: list[tuple[int, int]], counts: bool = False) -> str:
+    """n, exact share (and with ``counts`` how many: a share rounds), share within one token, median
+    relative error."""
     if not errs:
         return f"{'-':>5} {'':>6} {'':>6} {'':>7}" + (f" {'':>5}" if counts else "")
     n = len(errs)
@@ -254,6 +268,10 @@ def main(argv: list[str]) -> int:
             [r for r in records(path) if held_out(r)] + list(pooled_cassettes(roots))
         )
         path = Path(" + ".join(str(p) for p in (path, *roots)))
+    elif cassettes is not None and cassettes in CASSETTE_SOURCES:
+        # A later source alone: without the bodies an earlier one holds (they count there).
+        earlier = [root for root in CASSETTE_SOURCES if root.exists() or root == cassettes]
+        source_records = pooled_cassettes(earlier, only=cassettes)
     elif cassettes is not None:
         source_records = iter([r for r in load_cassettes(path) if clean(r)])
     else:
@@ -295,13 +313,14 @@ def main(argv: list[str]) -> int:
     if pooled or cassettes is not None:
         source = "held-out records only" if pooled else "all of it"
     print(f"recorded data: {path} (held out: {source}, {held}; {skipped} records skipped)")
-    head = f"{'n':>5} {'exact':>6} {'±1':>6} {'median':>7}" + (f" {'exact':>5}" if "--counts" in argv else "")
+    counts = "--counts" in argv
+    head = f"{'n':>5} {'exact':>6} {'±1':>6} {'median':>7}" + (f" {'#ex':>5}" if counts else "")
     titles = {"dev": "held-out dev", "final": "held-out final"}
     print(f"  {'':<36} " + "   ".join(f"{titles.get(c, c):^27}" for c in columns))
     print(f"  {'requests':<36} " + "   ".join(head for _ in columns))
     extra = sorted({k for k, _ in table if k not in ROWS})
     for row in (*ROWS, *extra):
-        print(f"  {row:<36} " + "   ".join(cell(table[(row, c)]) for c in columns))
+        print(f"  {row:<36} " + "   ".join(cell(table[(row, c)], counts) for c in columns))
     if detail:
         for err, source, counted, reported in sorted(worst, reverse=True)[:20]:
             print(f"    {err:7.2%} counted {counted:>6} reported {reported:>6}  {source}")

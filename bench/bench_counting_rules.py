@@ -1,7 +1,7 @@
 """Each Chat Completions counting rule since stop 34 on the records it is about, with it and without it.
 
 For every rule: the OpenAI Chat Completions records whose body has the shape the rule is about (the
-recorded data and both cassette sources, bench_counting.py's loaders and halves), and how many are
+recorded data and the cassette sources, bench_counting.py's loaders and halves), and how many are
 counted exactly with the rule and with it turned off (its framing flags or rendering setting set
 back, every other rule kept), by part: training, held-out dev, held-out final. The final halves
 are aggregates only, as everywhere. Third-party data, read in place; skipped (exit 0) where absent.
@@ -143,9 +143,7 @@ def main(argv: list[str]) -> int:
         print(f"bench_counting_rules: skipped, no recorded data at {bc.DEFAULT}")
         return 0
     roots = [root for root in bc.CASSETTE_SOURCES if root.exists()]
-    pool = list(bc.records(bc.DEFAULT)) + [
-        r for root in roots for r in bc.load_cassettes(root) if bc.clean(r)
-    ]
+    pool = list(bc.records(bc.DEFAULT)) + list(bc.pooled_cassettes(roots))
     chat = []
     for rec in pool:
         body = bc.request_of(rec) if rec["provider"] == "openai-chat" else None

@@ -18,7 +18,7 @@ images, files, audio, stored state, reasoning items, server tools; reasons in
 count, cached tokens below OpenAI's 1,024-token minimum, a usage block another provider wrote, a
 request body edited after its response was recorded: ``edited_after`` names the last commit with
 the body as recorded, found in the repository's history by cassette_sources.py, or a body the
-project's recorder rewrote: ``frozen_clock``)
+project's recorder rewrote before writing the cassette: ``frozen_clock``)
 and ``duplicate_of`` (the same body with
 the same reported count as an earlier record: many instrumentation suites record one call in
 several variants, and it is counted once).
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import email.utils
 import gzip
 import json
 import re
@@ -244,22 +243,18 @@ def _when(raw: Any) -> str | None:
     return str(raw) if raw else None
 
 
-# "The current time and date is Tue Jan  1 00:00:00 2000": a clock in the prompt, as time.ctime()
-# writes it. Significant-Gravitas/Auto-GPT-test-cassettes (stop 36, dev half) recorded every body
-# with it frozen at 2000-01-01 (its VCR filter rewrote the sent time): with cl100k that date is 20
-# tokens, a sent one with a two-digit day 19, and each of the dev half's 290 such records (duplicates
-# included) was exact when its response's Date was on a day 1-9 (84 of 84) and one over when it was
-# on the 10th or later (206 of 206). A body stating the current time days before its own recording
-# is not the body sent.
-_CLOCK = re.compile(
-    r"current (?:time and date|date and time|date|time) is "
-    r"([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4})"
-)
-_CLOCK_SLACK = 2 * 86400.0  # a test suite may run across midnight, time zones apart
+# A recorder filter's stand-in: Significant-Gravitas' Auto-GPT tests (tests/vcr/vcr_filter.py,
+# REPLACEMENTS) replaced every ctime-style date in a request body with "Tue Jan  1 00:00:00 2000"
+# before the cassette was written, so the body on file is not the body sent. With cl100k the stand-in
+# is 20 tokens, a sent date with a two-digit day 19: each of the cassettes' 290 dev-half records
+# with it (duplicates included; Auto-GPT-test-cassettes) was exact when its response's Date was on a
+# day 1-9 (84 of 84) and one over on the 10th or later (206 of 206). Only a filter known from its
+# source is listed: a date in a body may be one a test really sent (a frozen test clock).
+STAND_INS = ("Tue Jan  1 00:00:00 2000",)
 
 
 def _texts(req: Mapping[str, Any]) -> Iterator[str]:
-    """Every message text of a chat or Responses body (the places a prompt's clock is written)."""
+    """Every message text of a chat or Responses body (where a filter rewrites prompt text)."""
     items = req.get("messages") or req.get("input") or []
     if isinstance(items, str):
         items = [{"content": items}]
@@ -274,32 +269,9 @@ def _texts(req: Mapping[str, Any]) -> Iterator[str]:
                 yield part["text"]
 
 
-def frozen_clock(req: Mapping[str, Any], recorded_at: str | None) -> bool:
-    """Whether the body states a current time (``_CLOCK``) days before the exchange was recorded."""
-    when = _timestamp(recorded_at)
-    if when is None:
-        return False
-    for text in _texts(req):
-        for found in _CLOCK.finditer(text):
-            try:
-                stated = datetime.strptime(" ".join(found.group(1).split()), "%a %b %d %H:%M:%S %Y")
-            except ValueError:
-                continue
-            if stated.replace(tzinfo=UTC).timestamp() < when - _CLOCK_SLACK:
-                return True
-    return False
-
-
-def _timestamp(text: str | None) -> float | None:
-    """An ISO 8601 time (``_when``) or an HTTP date (a response's Date header), as a Unix time."""
-    if not text:
-        return None
-    with contextlib.suppress(ValueError):
-        parsed = datetime.fromisoformat(text)
-        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
-    with contextlib.suppress(TypeError, ValueError, IndexError):
-        return email.utils.parsedate_to_datetime(text).timestamp()
-    return None
+def frozen_clock(req: Mapping[str, Any]) -> bool:
+    """Whether a recorder filter's stand-in (``STAND_INS``) replaced text of the body."""
+    return any(stand_in in text for text in _texts(req) for stand_in in STAND_INS)
 
 
 def _input_tokens(usage: Mapping[str, Any]) -> tuple[int | None, int]:
@@ -446,7 +418,7 @@ def _record(sequence_id: str, index: int, interaction: Mapping[str, Any]) -> dic
         return None
     reasons = not_self_contained(provider, req)
     recorded_at = _when(interaction.get("recorded_at")) or _header(response.get("headers"), "date")
-    rewritten = frozen_clock(req, recorded_at)
+    rewritten = frozen_clock(req)
     return {
         "source": f"{sequence_id}#{index}",
         "provider": provider,

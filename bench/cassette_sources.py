@@ -27,8 +27,9 @@ its history shows edited after the response was recorded (``edited``): the reade
 records suspect. It needs the history up to the commit (a shallow clone finds nothing: then every
 body is taken as recorded). About a minute for all 47 repositories.
 
-Unpacked from the commits below on 2026-12-03, they give every figure the README prints for the
-sources (bench_counting.py --pooled --split: the same n and exact share in every row).
+Unpacked from the commits below on 2026-12-03, acc4 and acc5 gave every figure the README printed
+for them (bench_counting.py --pooled --split: the same n and exact share in every row); acc6 was
+first unpacked that day.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ class Framing:
     # tokens_per_name = 1 is that text whenever ":" does not merge with the name's first letters;
     # where it does (":user", ":test", ":a"), the name costs one less: wandb/weave's AutoGen cassettes
     # (tests/integrations/autogen/cassettes/autogen_test/, gpt-4.1-nano, name "user" on user
-    # messages) report 1 for it in 6 of 6 requests, where name + 1 gave 2.
+    # messages) report 1 for it in 6 of 6 requests, where name + 1 gave 2. Below zero (0301: the name
+    # replaces the role) the name's last tokens are taken back after its text is counted.
     per_name: int = 0
     name_prefix: str = ":"
     schema_once: int = 0  # once for a structured-output schema, beyond its rendered text

@@ -1,12 +1,12 @@
-"""Counting checked against the second held-out source: public projects' VCR cassettes.
+"""Counting checked against the cassette sources (held out): public projects' VCR cassettes.
 
 The cassettes are third-party data, unpacked as ``OWNER+NAME/PATH`` under /tmp/acc4/raw (the second
 source), /tmp/acc5/raw (the third) and /tmp/acc6/raw (the fourth), or the directories in
 ``CACHEWARDEN_CASSETTES`` (separated by ``os.pathsep``); bench/cassette_sources.py names the
 repositories and commits. They are read in place by bench/cassette_records.py, the loader
-bench_counting.py uses, and the tests that
-need them skip where they are absent. A case is a record id, ``owner/repo:path#i``, always from the
-"dev" half (bench_counting.part): the final half is never used in a test.
+bench_counting.py uses, and the tests that need them skip where they are absent. A case is a record
+id, ``owner/repo:path#i``, always from the "dev" half (bench_counting.part): the final half is never
+used in a test.
 """
 
 from __future__ import annotations

@@ -49,9 +49,13 @@ def test_an_alias_counts_with_the_snapshot_the_response_names() -> None:
     chat = {"model": "gpt-3.5-turbo", "messages": [{"role": "user", "content": "hi"}]}
     ran = b.request_of(_record(request=chat, host="api.openai.com", response_model="gpt-3.5-turbo-0301"))
     assert ran is not None and ran["model"] == "gpt-3.5-turbo-0301"
-    # Another model's name is no snapshot of the alias: "gpt-4o" is not "gpt-4" answered by a snapshot.
-    other = b.request_of(_record(host="api.openai.com", response_model="gpt-4o-2024-08-06"))
-    assert other is not None and other["model"] == "gpt-4"
+    dated = b.request_of(_record(request={**chat, "model": "gpt-4o"}, response_model="gpt-4o-2024-08-06"))
+    assert dated is not None and dated["model"] == "gpt-4o-2024-08-06"
+    # Another model's name is no snapshot of the alias, though it begins with it.
+    for alias, answer in (("gpt-4", "gpt-4o-2024-08-06"), ("gpt-4o", "gpt-4o-mini-2024-07-18")):
+        body = {**chat, "model": alias}
+        other = b.request_of(_record(request=body, host="api.openai.com", response_model=answer))
+        assert other is not None and other["model"] == alias
 
 
 def test_pooled_sources_count_a_body_once(tmp_path: Path) -> None:

@@ -94,25 +94,20 @@ def _dated(content: str, date: str) -> dict[str, object]:
     }
 
 
-def test_a_body_whose_clock_the_recorder_froze_is_suspect() -> None:
-    # Significant-Gravitas/Auto-GPT-test-cassettes (dev half): every prompt says "The current time
-    # and date is Tue Jan  1 00:00:00 2000", its VCR filter's stand-in for the time sent; responses
-    # dated the 10th or later were one token under the count (the sent day had two digits).
+def test_a_body_a_recorder_filter_rewrote_is_suspect() -> None:
+    # Significant-Gravitas/Auto-GPT-test-cassettes (dev half): its VCR filter replaced every date in
+    # a prompt with "Tue Jan  1 00:00:00 2000" before recording; responses dated the 10th or later
+    # were one token under the count (the sent day had two digits).
     loader = _loader()
     frozen = "The current time and date is Tue Jan  1 00:00:00 2000"
     rec = loader._record("o/r:c.yaml", 0, _dated(frozen, "Sat, 15 Jul 2023 10:03:12 GMT"))
     assert rec is not None and rec["frozen_clock"] and rec["suspect"]
-    # The time as sent (the day of the recording, any hour) is a body like any other.
-    sent = "The current time and date is Sat Jul 15 09:58:40 2023"
-    rec = loader._record("o/r:c.yaml", 0, _dated(sent, "Sat, 15 Jul 2023 10:03:12 GMT"))
-    assert rec is not None and not rec["frozen_clock"] and not rec["suspect"]
-    # A date that is no clock ("was founded ...") proves nothing; nor does a record without a time.
-    rec = loader._record(
-        "o/r:c.yaml", 0, _dated("Founded Tue Jan  1 00:00:00 2000", "Sat, 15 Jul 2023 10:03:12 GMT")
-    )
-    assert rec is not None and not rec["frozen_clock"]
-    assert not loader.frozen_clock({"messages": [{"role": "system", "content": frozen}]}, None)
-    # Responses instructions and text parts are read too; a cassette's own ISO time works as well.
+    # A date as sent, even an old one a test's frozen clock wrote, is a body like any other.
+    for sent in ("The current time and date is Sat Jul 15 09:58:40 2023", "It is Sat Jan  1 00:00:00 2000"):
+        rec = loader._record("o/r:c.yaml", 0, _dated(sent, "Sat, 15 Jul 2023 10:03:12 GMT"))
+        assert rec is not None and not rec["frozen_clock"] and not rec["suspect"]
+    # Responses instructions and text parts are read too.
     body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": frozen}]}]}
-    assert loader.frozen_clock(body, "2025-06-01T12:00:00+00:00")
-    assert loader.frozen_clock({"instructions": frozen, "input": "hi"}, "2025-06-01T12:00:00")
+    assert loader.frozen_clock(body)
+    assert loader.frozen_clock({"instructions": frozen, "input": "hi"})
+    assert not loader.frozen_clock({"instructions": "hi", "input": "hi"})

@@ -12,6 +12,7 @@ from cachewarden.proxy.engine.adapters import parse_request
 from cachewarden.proxy.engine.counting import PromptCounter
 from cachewarden.proxy.engine.models import load_model_table
 from cassette_counts import counted, record
+from test_bench_counting_records import _bench
 
 BOXCARS = "BoxcarsAI/boxcars:spec/fixtures/cassettes/"
 AUTOGPT = (
@@ -25,7 +26,9 @@ def test_gpt_35_turbo_counts_with_the_snapshot_that_answered(source: str) -> Non
     # ar1 / ar7 were answered by gpt-3.5-turbo-0301 (3 and 5 under with -0613's framing), ar6 by -0613.
     rec = record(source)
     assert rec["request"]["model"] == "gpt-3.5-turbo"
-    prompt = parse_request({**rec["request"], "model": rec["response_model"]}, provider=rec["provider"])
+    body = _bench().request_of(rec)  # the bench's choice of model: the snapshot that answered
+    assert body is not None and body["model"] == rec["response_model"]
+    prompt = parse_request(body, provider=rec["provider"])
     assert PromptCounter(load_model_table()).tokenize(prompt).count == rec["total_input_tokens"]
 
 
