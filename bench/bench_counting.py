@@ -214,10 +214,10 @@ SNAPSHOT = re.compile(r"-(?:\d{4}|\d{4}-\d{2}-\d{2})")
 def request_of(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The body to count, or None when the model that ran is unknown. Elsewhere than on Azure it is
     the body, with an alias model replaced by the dated snapshot the response names. Azure OpenAI
-    routes by the deployment in the path and ignores the body's ``model`` (clients fill it with the deployment's
-    name, "openllmetry-testing", or with any model name: activeagent sends "gpt-4" to a gpt-4.1
-    deployment): the model is the one the response names, if that is one of OpenAI's; a scrubbed one
-    ("AZURE_DEPLOYMENT-2025-04-14") leaves it unknown.
+    routes by the deployment in the path and ignores the body's ``model`` (clients fill it with the
+    deployment's name, "openllmetry-testing", or with any model name: activeagent sends "gpt-4" to a
+    gpt-4.1 deployment): the model is the one the response names, if that is one of OpenAI's; a
+    scrubbed one ("AZURE_DEPLOYMENT-2025-04-14") leaves it unknown.
     """
     req: Mapping[str, Any] = rec["request"]
     model = str(rec.get("response_model") or "")
