@@ -162,6 +162,10 @@ def test_bad_turns_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--turns" in capsys.readouterr().err
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
 def test_keep_running_serves_metrics_until_ctrl_c() -> None:
@@ -173,6 +177,10 @@ def test_keep_running_serves_metrics_until_ctrl_c() -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # A user's Ctrl-C reaches a demo whose SIGINT is at its default. A suite started in the
+        # background by a non-interactive shell inherits SIGINT ignored, and so would the child:
+        # it would then never see the signal this test sends. Reset it, as a terminal would have it.
+        preexec_fn=_sigint_default,
     )
     try:
         assert child.stdout is not None
